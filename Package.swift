@@ -1,0 +1,24 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// One executable per documented listing (shared/LISTINGS.md), run with
+/// `swift run Example<Name>`.
+let examples: [String] = [
+]
+
+let package = Package(
+  name: "GCD",
+  products: [
+    .library(name: "GCD", targets: ["GCD"])
+  ],
+  targets: [
+    .target(name: "CGCD"),
+    .target(name: "GCD", dependencies: ["CGCD"]),
+    .testTarget(name: "GCDTests", dependencies: ["GCD", "CGCD"]),
+  ]
+    + examples.map {
+      .executableTarget(
+        name: $0, dependencies: ["GCD"], path: "Examples/\($0.dropFirst("Example".count))")
+    },
+  swiftLanguageModes: [.v6]
+)

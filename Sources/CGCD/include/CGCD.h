@@ -1,0 +1,86 @@
+// CGCD: the few pieces of libdispatch and Linux that Swift cannot import
+// directly. No logic lives here.
+//
+// A C target cannot include <dispatch/dispatch.h> (it needs blocks and the
+// toolchain's private include folder), so the libdispatch symbols below are
+// declared under new names bound to the real symbols with asm labels: a call
+// to `cgcd_release` is a direct call of `dispatch_release`, with no wrapper
+// function in between.
+#ifndef CGCD_H
+#define CGCD_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#pragma clang assume_nonnull begin
+
+// MARK: - Object lifetime (unavailable in Swift: "Can't be used with ARC")
+
+/// The corresponding C function is `dispatch_retain`.
+extern void cgcd_retain(void *object) __asm__("dispatch_retain");
+/// The corresponding C function is `dispatch_release`.
+extern void cgcd_release(void *object) __asm__("dispatch_release");
+
+// MARK: - Sources
+
+/// `dispatch_source_create`, declared so that its NULL result (bad handle,
+/// bad mask) is visible to Swift as an optional instead of a null non-optional.
+extern void *_Nullable cgcd_source_create(const void *type, uintptr_t handle,
+                                          uintptr_t mask, void *_Nullable queue)
+    __asm__("dispatch_source_create");
+
+// DISPATCH_SOURCE_TYPE_* are addresses of exported structures of incomplete
+// type; Swift cannot take their address, so these inline functions do.
+#define CGCD_SOURCE_TYPE(name)                                                 \
+  extern const char cgcd_source_type_##name##_sym                             \
+      __asm__("_dispatch_source_type_" #name);                                 \
+  static inline const void *cgcd_source_type_##name(void) {                   \
+    return &cgcd_source_type_##name##_sym;                                     \
+  }
+CGCD_SOURCE_TYPE(data_add)
+CGCD_SOURCE_TYPE(data_or)
+CGCD_SOURCE_TYPE(data_replace)
+CGCD_SOURCE_TYPE(read)
+CGCD_SOURCE_TYPE(write)
+CGCD_SOURCE_TYPE(signal)
+CGCD_SOURCE_TYPE(timer)
+#undef CGCD_SOURCE_TYPE
+
+// MARK: - Queue attributes
+
+/// DISPATCH_QUEUE_CONCURRENT (a macro over an incomplete global).
+extern char cgcd_queue_attr_concurrent_sym __asm__("_dispatch_queue_attr_concurrent");
+static inline void *cgcd_queue_attr_concurrent(void) {
+  return &cgcd_queue_attr_concurrent_sym;
+}
+
+// MARK: - Execution frames (re-entrancy checks)
+
+/// One entry of the per-thread chain of queues the current thread is running
+/// on: pushed by the Swift trampolines around every closure they run, linked
+/// to the caller's chain for `sync` and `apply`. `flags` bit 0 marks a frame
+/// that holds its queue exclusively (a serial queue, or a barrier).
+typedef struct cgcd_frame {
+  void *_Nullable queue;
+  uintptr_t flags;
+  struct cgcd_frame *_Nullable prev;
+} cgcd_frame_t;
+
+extern _Thread_local cgcd_frame_t *_Nullable cgcd_current_frame;
+
+static inline cgcd_frame_t *_Nullable cgcd_frame_get(void) { return cgcd_current_frame; }
+static inline void cgcd_frame_set(cgcd_frame_t *_Nullable frame) { cgcd_current_frame = frame; }
+
+/// The key under which the library records, on queues it re-targets, the
+/// target queue (its address, with bit 0 set when the target is serial).
+static inline const void *cgcd_target_key(void) {
+  extern const char cgcd_target_key_storage;
+  return &cgcd_target_key_storage;
+}
+
+/// True on the process's main thread (the thread whose id is the pid).
+int cgcd_is_main_thread(void);
+
+#pragma clang assume_nonnull end
+
+#endif

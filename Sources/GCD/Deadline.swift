@@ -1,0 +1,79 @@
+import CDispatch
+
+/// A point in time for libdispatch: on the monotonic clock (`now`) or on the
+/// wall clock (`wallClock()`), or `forever`.
+///
+/// Adding a `Duration` clamps instead of overflowing: a deadline that would
+/// pass the end of the clock becomes `forever`, one before the start becomes
+/// the earliest time.
+///
+/// The corresponding C type is `dispatch_time_t`.
+public struct Deadline: Hashable, Sendable {
+  /// The `dispatch_time_t` value.
+  public var rawValue: UInt64
+
+  @inlinable
+  public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+  /// The current time on the monotonic clock, which does not advance while
+  /// the machine sleeps. The corresponding C call is `dispatch_time(DISPATCH_TIME_NOW, 0)`.
+  @inlinable
+  public static var now: Deadline { Deadline(rawValue: dispatch_time(0, 0)) }
+
+  /// A time that never comes. The corresponding C constant is `DISPATCH_TIME_FOREVER`.
+  public static let forever = Deadline(rawValue: ~0)
+
+  /// The current time on the wall clock (`gettimeofday`), which follows
+  /// changes to the system clock.
+  ///
+  /// The corresponding C call is `dispatch_walltime(NULL, 0)`.
+  @inlinable
+  public static func wallClock() -> Deadline { Deadline(rawValue: dispatch_walltime(nil, 0)) }
+
+  /// The wall-clock time `seconds` (and `nanoseconds`) after the Unix epoch.
+  ///
+  /// The corresponding C call is `dispatch_walltime(&timespec, 0)`.
+  public static func wallClock(secondsSinceEpoch seconds: Int, nanoseconds: Int = 0) -> Deadline {
+    var spec = timespec(tv_sec: seconds, tv_nsec: nanoseconds)
+    return Deadline(rawValue: dispatch_walltime(&spec, 0))
+  }
+
+  /// True for `forever`.
+  @inlinable
+  public var isForever: Bool { rawValue == ~0 }
+
+  /// The deadline moved by `duration` (clamped). The corresponding C function is `dispatch_time`.
+  @inlinable
+  public static func + (lhs: Deadline, rhs: Duration) -> Deadline {
+    Deadline(rawValue: dispatch_time(lhs.rawValue, rhs.clampedNanoseconds))
+  }
+
+  /// The deadline moved back by `duration` (clamped).
+  @inlinable
+  public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
+    let nanos = rhs.clampedNanoseconds
+    return Deadline(rawValue: dispatch_time(lhs.rawValue, nanos == .min ? .max : -nanos))
+  }
+
+  @inlinable
+  public static func += (lhs: inout Deadline, rhs: Duration) { lhs = lhs + rhs }
+}
+
+extension Duration {
+  /// This duration in whole nanoseconds, clamped to `Int64`'s range.
+  @inlinable
+  public var clampedNanoseconds: Int64 {
+    let (seconds, attoseconds) = components
+    let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+    if overflow { return seconds < 0 ? .min : .max }
+    let (sum, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+    if overflow2 { return seconds < 0 ? .min : .max }
+    return sum
+  }
+}
+
+/// The deadline `timeout` from now: the form every `wait(timeout:)` uses.
+@inlinable
+func deadline(after timeout: Duration) -> UInt64 {
+  dispatch_time(0, timeout.clampedNanoseconds)
+}

@@ -1,0 +1,144 @@
+import CDispatch
+import CGCD
+import Synchronization
+
+/// A group of work items whose completion you can wait for or be told of.
+///
+/// A `Group` owns one reference to its C group. Work submitted with
+/// `async(on:)` keeps the group alive until it finishes, and `leave()` needs
+/// the group, so whatever is still outstanding when the last reference goes
+/// is an `enter()` that will never be matched: `deinit` balances it (the
+/// group's `notify` work then runs) instead of letting libdispatch trap on
+/// the release of a group in use.
+///
+/// The corresponding C type is `dispatch_group_t`.
+public final class Group: DispatchObject, @unchecked Sendable {
+  @usableFromInline let raw: OpaquePointer
+  #if DEBUG
+    /// Debug builds count enters and leaves so that an unbalanced `leave()`
+    /// stops with a message instead of libdispatch's bare trap.
+    @usableFromInline let balance = Atomic<Int>(0)
+  #endif
+
+  public var unsafeObject: OpaquePointer { raw }
+
+  /// Creates an empty group.
+  ///
+  /// The corresponding C function is `dispatch_group_create`.
+  public init() {
+    raw = dispatch_group_create()
+  }
+
+  deinit {
+    // Every task submitted through this wrapper holds it, so what is left is
+    // unmatched enter()s. dispatch_group_wait(NOW) reports whether any is.
+    while dispatch_group_wait(raw, 0) != 0 {
+      dispatch_group_leave(raw)
+    }
+    cgcd_release(raw.raw)
+  }
+
+  /// Submits a closure to `queue` as part of the group.
+  ///
+  /// The corresponding C function is `dispatch_group_async` (here an enter,
+  /// a `dispatch_async_f`, and a leave when the closure returns).
+  @inlinable
+  public func async(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
+    enter()
+    dispatch_async_f(queue.raw, Work(work, queue: queue.raw, flags: queue.flags, group: self).retainedContext) {
+      Work.run($0)
+    }
+  }
+
+  /// Submits a C function and its context to `queue` as part of the group.
+  ///
+  /// The corresponding C function is `dispatch_group_async_f`.
+  @inlinable
+  public func async(
+    on queue: Queue, context: UnsafeMutableRawPointer?,
+    function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    #if DEBUG
+      // Counted as an enter that libdispatch leaves for us; see leave().
+    #endif
+    dispatch_group_async_f(raw, queue.raw, context, function)
+  }
+
+  /// Counts a piece of work in the group explicitly; pair it with `leave()`.
+  ///
+  /// The corresponding C function is `dispatch_group_enter`.
+  @inlinable
+  public func enter() {
+    #if DEBUG
+      balance.add(1, ordering: .relaxed)
+    #endif
+    dispatch_group_enter(raw)
+  }
+
+  /// Marks a piece of work counted with `enter()` as done.
+  ///
+  /// A `leave()` without an `enter()` is a bug: debug builds stop with a
+  /// message; release builds leave the check to libdispatch, which traps.
+  ///
+  /// The corresponding C function is `dispatch_group_leave`.
+  @inlinable
+  public func leave() {
+    #if DEBUG
+      if balance.subtract(1, ordering: .relaxed).newValue < 0 {
+        fatalError("GCD: Group.leave() without a matching enter()")
+      }
+    #endif
+    dispatch_group_leave(raw)
+  }
+
+  /// Waits until every work item of the group has finished.
+  ///
+  /// The corresponding C function is `dispatch_group_wait` with `DISPATCH_TIME_FOREVER`.
+  @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
+  @inlinable
+  public func wait() {
+    _ = dispatch_group_wait(raw, ~0)
+  }
+
+  /// Waits until every work item has finished or `timeout` has passed.
+  ///
+  /// - Returns: true if all work finished, false on timeout.
+  ///
+  /// The corresponding C function is `dispatch_group_wait`.
+  @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
+  @inlinable
+  public func wait(timeout: Duration) -> Bool {
+    dispatch_group_wait(raw, deadline(after: timeout)) == 0
+  }
+
+  /// Waits until every work item has finished or the deadline has come.
+  ///
+  /// - Returns: true if all work finished, false on timeout.
+  @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
+  @inlinable
+  public func wait(deadline: Deadline) -> Bool {
+    dispatch_group_wait(raw, deadline.rawValue) == 0
+  }
+
+  /// Submits `work` to `queue` once every work item of the group has
+  /// finished (at once if the group is empty).
+  ///
+  /// The corresponding C function is `dispatch_group_notify`.
+  @inlinable
+  public func notify(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
+    dispatch_group_notify_f(raw, queue.raw, Work(work, queue: queue.raw, flags: queue.flags).retainedContext) {
+      Work.run($0)
+    }
+  }
+
+  /// Submits a C function and its context to `queue` once the group is done.
+  ///
+  /// The corresponding C function is `dispatch_group_notify_f`.
+  @inlinable
+  public func notify(
+    on queue: Queue, context: UnsafeMutableRawPointer?,
+    function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    dispatch_group_notify_f(raw, queue.raw, context, function)
+  }
+}

@@ -1,0 +1,124 @@
+import CDispatch
+import CGCD
+import Synchronization
+
+// Re-entrancy: `sync` (and `apply`) onto a queue this thread already holds
+// deadlocks, and libdispatch then kills the process with a bare SIGILL. Every
+// closure this package runs on a queue does so inside a frame (see
+// `withFrame`), linked to the frames of the code waiting for it, so the
+// current thread's chain lists every queue it is running on. The check costs
+// one thread-local load when the chain is empty and the queue has no custom
+// target: the common case of `sync` from outside any queue.
+
+extension Queue {
+  /// Stops the process with a message when waiting on this queue from the
+  /// current thread can never finish.
+  @inlinable
+  func checkReentrancy(barrier: Bool, operation: StaticString) {
+    if cgcd_frame_get() == nil && flags & Queue.mainFlag == 0
+      && !hasCustomTarget.load(ordering: .relaxed)
+    {
+      return
+    }
+    checkReentrancySlow(barrier: barrier, operation: operation)
+  }
+
+  @usableFromInline
+  func checkReentrancySlow(barrier: Bool, operation: StaticString) {
+    if let conflict = deadlockingQueue(barrier: barrier) {
+      let culprit = String(cString: dispatch_queue_get_label(OpaquePointer(conflict)))
+      let how =
+        if conflict == Queue.main.raw.raw && cgcd_is_main_thread() != 0 {
+          conflict == raw.raw
+            ? "only the main thread drains the main queue, and this is the main thread"
+            : "it runs through the main queue, which only the main thread drains, and this is the main thread"
+        } else if conflict == raw.raw {
+          "the current thread is already running on it"
+        } else {
+          "it runs through queue '\(culprit)', which the current thread is already running on"
+        }
+      fatalError(
+        "GCD: Queue '\(label)'.\(operation) would deadlock: \(how). Use async, or check isCurrent first.")
+    }
+  }
+
+  /// The queue of this queue's chain that the current thread holds in a way
+  /// that makes waiting on this queue impossible, if any.
+  func deadlockingQueue(barrier: Bool) -> UnsafeMutableRawPointer? {
+    let onMainThread = cgcd_is_main_thread() != 0
+    let mainQueue = Queue.main.raw.raw
+    var found: UnsafeMutableRawPointer?
+    forEachInChain(raw.raw, exclusive: barrier || flags & frameExclusive != 0) { needed, neededExclusive in
+      if needed == mainQueue && onMainThread {
+        // The main queue is drained only by the main thread; a main thread
+        // that waits for it is not draining it.
+        found = needed
+        return false
+      }
+      var frame = cgcd_frame_get()
+      while let current = frame {
+        forEachInChain(current.pointee.queue!, exclusive: current.pointee.flags & frameExclusive != 0) {
+          held, heldExclusive in
+          if held == needed && (neededExclusive || heldExclusive) {
+            found = needed
+            return false
+          }
+          return true
+        }
+        if found != nil { return false }
+        frame = current.pointee.prev
+      }
+      return true
+    }
+    return found
+  }
+
+  /// Whether the current thread is running work of this queue: directly,
+  /// inside a nested `sync` or `apply`, or through a queue that targets
+  /// this one. Only work submitted through this package is seen.
+  ///
+  /// This is the question libdispatch's `dispatch_assert_queue` asks,
+  /// answered without trapping.
+  public var isCurrent: Bool {
+    var frame = cgcd_frame_get()
+    while let current = frame {
+      var found = false
+      forEachInChain(current.pointee.queue!, exclusive: false) { held, _ in
+        found = held == raw.raw
+        return !found
+      }
+      if found { return true }
+      frame = current.pointee.prev
+    }
+    return false
+  }
+}
+
+/// Calls `body` with `queue` and each queue of its target chain (as far as
+/// this package set the targets), with whether each is held exclusively,
+/// until `body` returns false.
+func forEachInChain(
+  _ queue: UnsafeMutableRawPointer, exclusive: Bool,
+  _ body: (UnsafeMutableRawPointer, Bool) -> Bool
+) {
+  var link: UnsafeMutableRawPointer? = queue
+  var linkExclusive = exclusive
+  var depth = 0
+  while let current = link, depth < 64 {
+    if !body(current, linkExclusive) { return }
+    (link, linkExclusive) = targetLink(of: current)
+    depth += 1
+  }
+}
+
+/// Parks the main thread to run the work submitted to `Queue.main`; never
+/// returns. Call it from the main thread once the program has set up its
+/// work; end the program from a work item (with `exit`).
+///
+/// The corresponding C function is `dispatch_main`.
+public func dispatchMain() -> Never {
+  if cgcd_is_main_thread() == 0 {
+    fatalError("GCD: dispatchMain() must be called on the main thread")
+  }
+  dispatch_main()
+}

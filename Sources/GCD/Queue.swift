@@ -1,0 +1,503 @@
+import CDispatch
+import CGCD
+import Synchronization
+
+/// A dispatch queue: a FIFO of work items run serially or concurrently on
+/// libdispatch's threads.
+///
+/// A `Queue` owns one reference to its C queue and releases it in `deinit`.
+/// Whatever state you leave it in, dropping it is safe: a queue that was
+/// created inactive is activated and outstanding `suspend()`s are balanced
+/// before the release, so queued work still runs and libdispatch never sees
+/// the release of an inactive or suspended queue (which it punishes with a
+/// trap).
+///
+/// The corresponding C type is `dispatch_queue_t`.
+public final class Queue: DispatchObject, @unchecked Sendable {
+  /// How a queue runs its work items.
+  public enum Kind: Sendable, Hashable {
+    /// One work item at a time, in FIFO order. `DISPATCH_QUEUE_SERIAL`.
+    case serial
+    /// Many work items at once, started in FIFO order. `DISPATCH_QUEUE_CONCURRENT`.
+    case concurrent
+  }
+
+  /// The priority bands of the global concurrent queues.
+  public enum Priority: Sendable, Hashable, CaseIterable {
+    /// `DISPATCH_QUEUE_PRIORITY_HIGH` (QoS user-initiated).
+    case high
+    /// `DISPATCH_QUEUE_PRIORITY_DEFAULT`.
+    case `default`
+    /// `DISPATCH_QUEUE_PRIORITY_LOW` (QoS utility).
+    case low
+    /// `DISPATCH_QUEUE_PRIORITY_BACKGROUND`.
+    case background
+
+    @usableFromInline
+    var identifier: Int {
+      switch self {
+      case .high: 2
+      case .default: 0
+      case .low: -2
+      case .background: Int(Int16.min)
+      }
+    }
+  }
+
+  /// A quality-of-service class for a created queue, with a relative
+  /// priority (0 down to -15) inside the class.
+  ///
+  /// The corresponding C function is `dispatch_queue_attr_make_with_qos_class`.
+  public struct QoS: Sendable, Hashable {
+    /// The `qos_class_t` value.
+    public var rawClass: UInt32
+    /// The relative priority inside the class, from -15 to 0.
+    public var relativePriority: Int32
+
+    public init(rawClass: UInt32, relativePriority: Int32 = 0) {
+      self.rawClass = rawClass
+      self.relativePriority = relativePriority
+    }
+
+    public static let userInteractive = QoS(rawClass: 0x21)
+    public static let userInitiated = QoS(rawClass: 0x19)
+    public static let `default` = QoS(rawClass: 0x15)
+    public static let utility = QoS(rawClass: 0x11)
+    public static let background = QoS(rawClass: 0x09)
+    public static let unspecified = QoS(rawClass: 0)
+
+    /// The same class with another relative priority (clamped to -15...0).
+    public func relative(_ priority: Int32) -> QoS {
+      QoS(rawClass: rawClass, relativePriority: min(0, max(-15, priority)))
+    }
+  }
+
+  @usableFromInline let raw: OpaquePointer
+  /// `frameExclusive` for serial queues, plus `Queue.globalFlag` / `mainFlag`.
+  @usableFromInline let flags: UInt
+  /// Outstanding `suspend()` calls, balanced in `deinit`.
+  let suspendCount = Atomic<Int>(0)
+  /// False while a queue created inactive waits for `activate()`.
+  let isActivated: Atomic<Bool>
+  /// True once the queue has a target set by this package: `sync` then
+  /// walks the target chain in its re-entrancy check.
+  @usableFromInline let hasCustomTarget = Atomic<Bool>(false)
+  /// The targets set on this queue, kept alive for as long as the chain may
+  /// be walked (the C queue retains its current target; this keeps the
+  /// wrappers, and so the labels, valid for messages).
+  let targets = Mutex<[Queue]>([])
+
+  @usableFromInline static let globalFlag: UInt = 2
+  @usableFromInline static let mainFlag: UInt = 4
+
+  public var unsafeObject: OpaquePointer { raw }
+
+  /// Creates a queue.
+  ///
+  /// - Parameters:
+  ///   - label: A name shown in crash reports, messages and `label`.
+  ///   - kind: `.serial` (the default) or `.concurrent`.
+  ///   - qos: The quality-of-service class of the queue's work.
+  ///   - target: The queue this queue's work is funneled through (by
+  ///     default, the global queue of the queue's QoS). Set with
+  ///     `dispatch_set_target_queue` after creation, so `setTarget(_:)` can
+  ///     change it later (a queue made with `dispatch_queue_create_with_target`
+  ///     could not be re-targeted).
+  ///   - initiallyInactive: Create the queue inactive: work can be submitted
+  ///     but none runs until `activate()`.
+  ///
+  /// The corresponding C function is `dispatch_queue_create`.
+  public init(
+    label: String, kind: Kind = .serial, qos: QoS = .unspecified, target: Queue? = nil,
+    initiallyInactive: Bool = false
+  ) {
+    var attr: OpaquePointer? = kind == .concurrent ? OpaquePointer(cgcd_queue_attr_concurrent()) : nil
+    if qos != .unspecified {
+      attr = dispatch_queue_attr_make_with_qos_class(attr, qos.rawClass, qos.relativePriority)
+    }
+    let startInactive = initiallyInactive || target != nil
+    if startInactive {
+      attr = dispatch_queue_attr_make_initially_inactive(attr)
+    }
+    raw = dispatch_queue_create(label, attr)
+    flags = kind == .serial ? frameExclusive : 0
+    isActivated = Atomic(!initiallyInactive)
+    if let target {
+      setTarget(target)
+      if !initiallyInactive { dispatch_activate(raw.object) }
+    }
+  }
+
+  /// Wraps a global or the main queue (never released).
+  init(unownedGlobal raw: OpaquePointer, flags: UInt) {
+    self.raw = raw
+    self.flags = flags
+    self.isActivated = Atomic(true)
+  }
+
+  deinit {
+    if flags & Queue.globalFlag != 0 { return }
+    if !isActivated.load(ordering: .acquiring) {
+      dispatch_activate(raw.object)
+    }
+    var outstanding = suspendCount.exchange(0, ordering: .acquiringAndReleasing)
+    while outstanding > 0 {
+      dispatch_resume(raw.object)
+      outstanding -= 1
+    }
+    cgcd_release(raw.raw)
+  }
+
+  /// The serial queue bound to the main thread, drained by `dispatchMain()`.
+  ///
+  /// The corresponding C function is `dispatch_get_main_queue`.
+  public static let main = Queue(
+    unownedGlobal: dispatch_get_main_queue(), flags: globalFlag | mainFlag | frameExclusive)
+
+  private static let globals: [Queue] = Priority.allCases.map {
+    Queue(unownedGlobal: dispatch_get_global_queue($0.identifier, 0), flags: globalFlag)
+  }
+
+  /// A global concurrent queue of the given priority.
+  ///
+  /// The corresponding C function is `dispatch_get_global_queue`.
+  public static func global(_ priority: Priority = .default) -> Queue {
+    switch priority {
+    case .high: globals[0]
+    case .default: globals[1]
+    case .low: globals[2]
+    case .background: globals[3]
+    }
+  }
+
+  /// The label given at creation ("" for none).
+  ///
+  /// The corresponding C function is `dispatch_queue_get_label`.
+  public var label: String { String(cString: dispatch_queue_get_label(raw)) }
+
+  /// Whether the queue runs one work item at a time.
+  public var kind: Kind { flags & frameExclusive != 0 ? .serial : .concurrent }
+
+  /// The quality-of-service class the queue was created with.
+  ///
+  /// The corresponding C function is `dispatch_queue_get_qos_class`.
+  public var qos: QoS {
+    var relative: Int32 = 0
+    let qosClass = dispatch_queue_get_qos_class(raw, &relative)
+    return QoS(rawClass: qosClass, relativePriority: relative)
+  }
+
+  /// Whether this is `Queue.main` or one of the global queues.
+  public var isGlobal: Bool { flags & Queue.globalFlag != 0 }
+}
+
+// MARK: - Submitting work
+
+extension Queue {
+  /// Submits a closure to run on the queue and returns at once.
+  ///
+  /// The corresponding C function is `dispatch_async` (this calls
+  /// `dispatch_async_f` with the closure as context).
+  @inlinable
+  public func async(_ work: @escaping @Sendable () -> Void) {
+    dispatch_async_f(raw, Work(work, queue: raw, flags: flags).retainedContext) { Work.run($0) }
+  }
+
+  /// Submits a barrier closure: on a concurrent queue it waits for the
+  /// closures before it and runs alone; on a serial queue it is like `async`.
+  ///
+  /// The corresponding C function is `dispatch_barrier_async`.
+  @inlinable
+  public func asyncBarrier(_ work: @escaping @Sendable () -> Void) {
+    dispatch_barrier_async_f(raw, Work(work, queue: raw, flags: frameExclusive).retainedContext) {
+      Work.run($0)
+    }
+  }
+
+  /// Submits a C function and its context to run on the queue.
+  ///
+  /// The corresponding C function is `dispatch_async_f`.
+  @inlinable
+  public func async(
+    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    dispatch_async_f(raw, context, function)
+  }
+
+  /// Submits a C function and its context as a barrier.
+  ///
+  /// The corresponding C function is `dispatch_barrier_async_f`.
+  @inlinable
+  public func asyncBarrier(
+    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    dispatch_barrier_async_f(raw, context, function)
+  }
+
+  /// Runs a closure on the queue and waits for it; returns its result or
+  /// rethrows its error.
+  ///
+  /// Calling `sync` onto a queue the current thread is already running on
+  /// (directly, from inside a nested `sync`, or through a target queue)
+  /// would deadlock; this stops the process with a message naming the
+  /// queue instead. See `isCurrent`.
+  ///
+  /// The corresponding C function is `dispatch_sync` (this calls
+  /// `dispatch_sync_f`, with no allocation).
+  @inlinable
+  public func sync<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
+    try runAndWait(barrier: false, work)
+  }
+
+  /// Runs a closure as a barrier on the queue and waits for it.
+  ///
+  /// The corresponding C function is `dispatch_barrier_sync`.
+  @inlinable
+  public func syncBarrier<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
+    try runAndWait(barrier: true, work)
+  }
+
+  /// Runs a C function with its context on the queue and waits for it.
+  ///
+  /// The corresponding C function is `dispatch_sync_f`.
+  @inlinable
+  public func sync(
+    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    checkReentrancy(barrier: false, operation: "sync")
+    dispatch_sync_f(raw, context, function)
+  }
+
+  /// Runs a C function with its context as a barrier and waits for it.
+  ///
+  /// The corresponding C function is `dispatch_barrier_sync_f`.
+  @inlinable
+  public func syncBarrier(
+    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    checkReentrancy(barrier: true, operation: "syncBarrier")
+    dispatch_barrier_sync_f(raw, context, function)
+  }
+
+  @inlinable
+  func runAndWait<T, E: Error>(barrier: Bool, _ work: () throws(E) -> T) throws(E) -> T {
+    checkReentrancy(barrier: barrier, operation: barrier ? "syncBarrier" : "sync")
+    var result: Result<T, E>?
+    withoutActuallyEscaping({ result = Result(catching: work) }) { body in
+      var context = SyncContext(
+        body: body, queue: raw, flags: barrier ? frameExclusive : flags, prev: cgcd_frame_get())
+      withUnsafeMutablePointer(to: &context) { context in
+        if barrier {
+          dispatch_barrier_sync_f(raw, context) { SyncContext.run($0) }
+        } else {
+          dispatch_sync_f(raw, context) { SyncContext.run($0) }
+        }
+      }
+    }
+    return try result.unsafelyUnwrapped.get()
+  }
+
+  /// Submits a closure to run on the queue after a delay.
+  ///
+  /// The corresponding C function is `dispatch_after`.
+  @inlinable
+  public func after(_ delay: Duration, _ work: @escaping @Sendable () -> Void) {
+    after(deadline: .now + delay, work)
+  }
+
+  /// Submits a closure to run on the queue at a deadline (monotonic or wall clock).
+  ///
+  /// The corresponding C function is `dispatch_after`.
+  @inlinable
+  public func after(deadline: Deadline, _ work: @escaping @Sendable () -> Void) {
+    dispatch_after_f(deadline.rawValue, raw, Work(work, queue: raw, flags: flags).retainedContext) {
+      Work.run($0)
+    }
+  }
+
+  /// Submits a C function and its context to run on the queue at a deadline.
+  ///
+  /// The corresponding C function is `dispatch_after_f`.
+  @inlinable
+  public func after(
+    deadline: Deadline, context: UnsafeMutableRawPointer?,
+    function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    dispatch_after_f(deadline.rawValue, raw, context, function)
+  }
+
+  /// Runs `body` for every index in `0..<iterations`, concurrently on this
+  /// queue (serially if it is a serial queue), and returns when all are done.
+  ///
+  /// Indexes run in no particular order. Each iteration should do enough
+  /// work (microseconds, not nanoseconds) to pay for the threads it wakes;
+  /// a trivial loop is faster as a plain `for`. Calling `apply` onto a
+  /// serial queue the current thread is running on would deadlock and
+  /// stops with a message instead.
+  ///
+  /// The corresponding C function is `dispatch_apply` (through `dispatch_apply_f`).
+  @inlinable
+  public func apply(_ iterations: Int, _ body: (Int) -> Void) {
+    precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
+    checkReentrancy(barrier: false, operation: "apply")
+    withoutActuallyEscaping(body) { body in
+      var context = ApplyContext(body: body, queue: raw, flags: flags, prev: cgcd_frame_get())
+      withUnsafeMutablePointer(to: &context) { context in
+        dispatch_apply_f(iterations, raw, context) { ApplyContext.run($0, $1) }
+      }
+    }
+  }
+
+  /// Calls a C function `iterations` times with the context and the index.
+  ///
+  /// The corresponding C function is `dispatch_apply_f`.
+  @inlinable
+  public func apply(
+    _ iterations: Int, context: UnsafeMutableRawPointer?,
+    function: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
+  ) {
+    precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
+    checkReentrancy(barrier: false, operation: "apply")
+    dispatch_apply_f(iterations, raw, context, function)
+  }
+}
+
+/// What `sync` passes to its trampoline: on the caller's stack, no allocation.
+@usableFromInline
+struct SyncContext {
+  @usableFromInline let body: () -> Void
+  @usableFromInline let queue: OpaquePointer
+  @usableFromInline let flags: UInt
+  @usableFromInline let prev: UnsafeMutablePointer<cgcd_frame_t>?
+
+  @inlinable
+  init(body: @escaping () -> Void, queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?) {
+    self.body = body
+    self.queue = queue
+    self.flags = flags
+    self.prev = prev
+  }
+
+  @inlinable
+  static func run(_ context: UnsafeMutableRawPointer?) {
+    let context = context.unsafelyUnwrapped.assumingMemoryBound(to: SyncContext.self)
+    withFrame(queue: context.pointee.queue, flags: context.pointee.flags, prev: context.pointee.prev, context.pointee.body)
+  }
+}
+
+/// What `apply` passes to its trampoline.
+@usableFromInline
+struct ApplyContext {
+  @usableFromInline let body: (Int) -> Void
+  @usableFromInline let queue: OpaquePointer
+  @usableFromInline let flags: UInt
+  @usableFromInline let prev: UnsafeMutablePointer<cgcd_frame_t>?
+
+  @inlinable
+  init(body: @escaping (Int) -> Void, queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?) {
+    self.body = body
+    self.queue = queue
+    self.flags = flags
+    self.prev = prev
+  }
+
+  @inlinable
+  static func run(_ context: UnsafeMutableRawPointer?, _ index: Int) {
+    let context = context.unsafelyUnwrapped.assumingMemoryBound(to: ApplyContext.self)
+    withFrame(queue: context.pointee.queue, flags: context.pointee.flags, prev: context.pointee.prev) {
+      context.pointee.body(index)
+    }
+  }
+}
+
+// MARK: - Suspension, activation, targets
+
+extension Queue {
+  /// Suspends the queue: work already running finishes, queued work waits
+  /// until a matching `resume()`. Calls nest; the queue runs again when
+  /// every `suspend()` has its `resume()`. Outstanding suspensions are
+  /// balanced when the queue is dropped.
+  ///
+  /// Global queues and the main queue cannot be suspended (libdispatch
+  /// ignores it); this stops with a message for them.
+  ///
+  /// The corresponding C function is `dispatch_suspend`.
+  public func suspend() {
+    if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be suspended") }
+    suspendCount.add(1, ordering: .acquiringAndReleasing)
+    dispatch_suspend(raw.object)
+  }
+
+  /// Resumes a queue suspended with `suspend()`.
+  ///
+  /// A `resume()` without a matching `suspend()` stops the process with a
+  /// message naming the queue (libdispatch would trap with no message).
+  ///
+  /// The corresponding C function is `dispatch_resume`.
+  public func resume() {
+    if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be resumed") }
+    var current = suspendCount.load(ordering: .relaxed)
+    while true {
+      if current == 0 {
+        fatalError("GCD: Queue '\(label)': resume() without a matching suspend()")
+      }
+      let (exchanged, original) = suspendCount.compareExchange(
+        expected: current, desired: current - 1, ordering: .acquiringAndReleasing)
+      if exchanged { break }
+      current = original
+    }
+    dispatch_resume(raw.object)
+  }
+
+  /// How many `suspend()` calls have no `resume()` yet.
+  public var suspensionCount: Int { suspendCount.load(ordering: .relaxed) }
+
+  /// Activates a queue created with `initiallyInactive: true`; its queued
+  /// work starts. Calling it again, or on an active queue, does nothing.
+  ///
+  /// The corresponding C function is `dispatch_activate`.
+  public func activate() {
+    if isActivated.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+      dispatch_activate(raw.object)
+    }
+  }
+
+  /// Whether the queue is active (not created inactive, or activated since).
+  public var isActive: Bool { isActivated.load(ordering: .acquiring) }
+
+  /// Funnels this queue's work through `target`: work items of both still
+  /// run one at a time if `target` is serial, and at `target`'s priority.
+  ///
+  /// Work already handed to the old target stays there. A queue cannot
+  /// target itself or a queue that (through its targets) targets it, and
+  /// global queues cannot be re-targeted; each stops with a message.
+  ///
+  /// The corresponding C function is `dispatch_set_target_queue`.
+  public func setTarget(_ target: Queue) {
+    if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; its target cannot be changed") }
+    var link: UnsafeMutableRawPointer? = target.raw.raw
+    var exclusive = target.flags & frameExclusive != 0
+    while let queue = link {
+      if queue == raw.raw {
+        fatalError("GCD: Queue '\(label)': setTarget('\(target.label)') would make a cycle of targets")
+      }
+      (link, exclusive) = targetLink(of: queue)
+      _ = exclusive
+    }
+    targets.withLock { $0.append(target) }
+    let tagged = UInt(bitPattern: target.raw.raw) | (target.flags & frameExclusive)
+    dispatch_queue_set_specific(raw, cgcd_target_key(), UnsafeMutableRawPointer(bitPattern: tagged), nil)
+    hasCustomTarget.store(true, ordering: .releasing)
+    dispatch_set_target_queue(raw.object, target.raw)
+  }
+}
+
+/// The target this package recorded on `queue`, and whether it is serial.
+@usableFromInline
+func targetLink(of queue: UnsafeMutableRawPointer) -> (UnsafeMutableRawPointer?, Bool) {
+  guard let value = dispatch_queue_get_specific(OpaquePointer(queue), cgcd_target_key()) else {
+    return (nil, false)
+  }
+  let bits = UInt(bitPattern: value)
+  return (UnsafeMutableRawPointer(bitPattern: bits & ~1), bits & 1 != 0)
+}
