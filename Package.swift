@@ -4,6 +4,17 @@ import PackageDescription
 /// One executable per documented listing (shared/LISTINGS.md), run with
 /// `swift run Example<Name>`.
 let examples: [String] = [
+  "ExampleQueueFinalizer",
+  "ExampleAsyncSync",
+  "ExampleCompletionBlock",
+  "ExampleConcurrentLoop",
+  "ExampleSemaphore",
+  "ExampleGroupWait",
+  "ExampleAfter",
+  "ExampleSuspendResume",
+  "ExampleTargetQueue",
+  "ExampleFunctionHandlers",
+  "ExampleMainQueue",
 ]
 
 let package = Package(
@@ -12,7 +23,7 @@ let package = Package(
     .library(name: "GCD", targets: ["GCD"])
   ],
   targets: [
-    .target(name: "CGCD"),
+    .target(name: "CGCD", linkerSettings: [.linkedLibrary("BlocksRuntime")]),
     .target(name: "GCD", dependencies: ["CGCD"]),
     .testTarget(name: "GCDTests", dependencies: ["GCD", "CGCD"]),
   ]

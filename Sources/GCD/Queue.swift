@@ -381,7 +381,8 @@ struct SyncContext {
   @inlinable
   static func run(_ context: UnsafeMutableRawPointer?) {
     let context = context.unsafelyUnwrapped.assumingMemoryBound(to: SyncContext.self)
-    withFrame(queue: context.pointee.queue, flags: context.pointee.flags, prev: context.pointee.prev, context.pointee.body)
+    withFrame(
+      queue: context.pointee.queue, flags: context.pointee.flags, prev: context.pointee.prev, context.pointee.body)
   }
 }
 

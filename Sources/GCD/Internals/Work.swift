@@ -43,7 +43,9 @@ final class Work: @unchecked Sendable {
 /// to `prev` (the caller's chain for `sync` and `apply`, this thread's own
 /// otherwise), and restores the thread's chain afterwards.
 @inlinable
-func withFrame<R>(queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?, _ body: () throws -> R) rethrows -> R {
+func withFrame<R>(queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?, _ body: () throws -> R)
+  rethrows -> R
+{
   let saved = cgcd_frame_get()
   var frame = cgcd_frame_t(queue: queue.raw, flags: flags, prev: prev)
   defer { cgcd_frame_set(saved) }

@@ -1,0 +1,47 @@
+import CDispatch
+import CGCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// Fires when a descriptor has data to read (or has reached end of file).
+///
+/// The descriptor stays yours: close it in the cancel handler, after the
+/// source has stopped watching it. Put the descriptor in non-blocking mode
+/// (`fcntl(fd, F_SETFL, O_NONBLOCK)`) and read at most `bytesAvailable`
+/// bytes (or until `EAGAIN`) in the handler, so a read never blocks the
+/// queue. On Linux a regular file is always readable: the handler runs until
+/// you cancel the source; read until `read` returns 0 and cancel then.
+///
+/// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ`.
+public final class ReadSource: Source, @unchecked Sendable {
+  public let core: SourceCore
+
+  /// Creates a read source for `fileDescriptor` whose handlers run on `queue`.
+  ///
+  /// - Throws: `GCDError` with `EBADF` when the descriptor is not open.
+  ///
+  /// The corresponding C function is `dispatch_source_create`.
+  public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
+    try checkDescriptor(fileDescriptor, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
+    core = try SourceCore(type: cgcd_source_type_read(), handle: UInt(fileDescriptor), mask: 0, queue: queue)
+  }
+
+  deinit { core.dispose() }
+
+  /// An estimate of the bytes available to read (`data`); 0 at end of file.
+  public var bytesAvailable: Int { Int(clamping: data) }
+
+  /// The watched descriptor.
+  public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
+}
+
+/// Throws `EBADF` unless `descriptor` is an open descriptor.
+func checkDescriptor(_ descriptor: Int32, operation: String) throws(GCDError) {
+  guard descriptor >= 0, fcntl(descriptor, F_GETFD) != -1 else {
+    throw GCDError(operation: operation, errno: EBADF, detail: "not an open file descriptor")
+  }
+}

@@ -1,0 +1,58 @@
+import CDispatch
+import CGCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// Observes deliveries of a signal to the process.
+///
+/// A signal source only observes: it does not replace the signal's
+/// disposition. Set the disposition first — `signal(SIGHUP, SIG_IGN)`, as
+/// the listing does — or the signal's default action (for most signals,
+/// ending the process) still happens. Deliveries that arrive close together
+/// are merged: `count` says how many one event stands for.
+///
+/// Signals that cannot be observed (`SIGKILL`, `SIGSTOP`) or that mean the
+/// process is broken (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`) are rejected.
+///
+/// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
+public final class SignalSource: Source, @unchecked Sendable {
+  public let core: SourceCore
+
+  static let unobservable: [Int32: String] = [
+    SIGKILL: "SIGKILL cannot be caught or observed",
+    SIGSTOP: "SIGSTOP cannot be caught or observed",
+    SIGSEGV: "SIGSEGV means the process is broken; it cannot be observed from a queue",
+    SIGBUS: "SIGBUS means the process is broken; it cannot be observed from a queue",
+    SIGILL: "SIGILL means the process is broken; it cannot be observed from a queue",
+    SIGFPE: "SIGFPE means the process is broken; it cannot be observed from a queue",
+  ]
+
+  /// Creates a source that observes `signal`, with handlers on `queue`.
+  ///
+  /// - Throws: `GCDError` with `EINVAL` for a number that is not a signal
+  ///   or for a signal that cannot be observed.
+  ///
+  /// The corresponding C function is `dispatch_source_create`.
+  public init(signal: Int32, queue: Queue) throws(GCDError) {
+    let operation = "SignalSource(signal: \(signal))"
+    if let reason = SignalSource.unobservable[signal] {
+      throw GCDError(operation: operation, errno: EINVAL, detail: reason)
+    }
+    guard signal > 0, signal < 65 else {
+      throw GCDError(operation: operation, errno: EINVAL, detail: "not a signal number (1...64)")
+    }
+    core = try SourceCore(type: cgcd_source_type_signal(), handle: UInt(signal), mask: 0, queue: queue)
+  }
+
+  deinit { core.dispose() }
+
+  /// The number of deliveries merged into the event being handled (`data`).
+  public var count: UInt { data }
+
+  /// The observed signal.
+  public var signal: Int32 { Int32(truncatingIfNeeded: handle) }
+}

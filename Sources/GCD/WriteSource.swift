@@ -1,0 +1,33 @@
+import CDispatch
+import CGCD
+
+/// Fires when a descriptor has room to write.
+///
+/// The descriptor stays yours: close it in the cancel handler. Use it in
+/// non-blocking mode and write until `EAGAIN`, then wait for the next event.
+/// A pipe or socket whose reader has gone makes `write` fail with `EPIPE`;
+/// ignore `SIGPIPE` (`signal(SIGPIPE, SIG_IGN)`) so that the failure is an
+/// error code and not the death of the process.
+///
+/// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`.
+public final class WriteSource: Source, @unchecked Sendable {
+  public let core: SourceCore
+
+  /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
+  ///
+  /// - Throws: `GCDError` with `EBADF` when the descriptor is not open.
+  ///
+  /// The corresponding C function is `dispatch_source_create`.
+  public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
+    try checkDescriptor(fileDescriptor, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
+    core = try SourceCore(type: cgcd_source_type_write(), handle: UInt(fileDescriptor), mask: 0, queue: queue)
+  }
+
+  deinit { core.dispose() }
+
+  /// An estimate of the room available for writing (`data`).
+  public var bytesWritable: Int { Int(clamping: data) }
+
+  /// The watched descriptor.
+  public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
+}
