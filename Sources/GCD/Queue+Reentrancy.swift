@@ -45,11 +45,10 @@ extension Queue {
   /// The queue of this queue's chain that the current thread holds in a way
   /// that makes waiting on this queue impossible, if any.
   func deadlockingQueue(barrier: Bool) -> UnsafeMutableRawPointer? {
-    let onMainThread = cgcd_is_main_thread() != 0
     let mainQueue = Queue.main.raw.raw
     var found: UnsafeMutableRawPointer?
     forEachInChain(raw.raw, exclusive: barrier || flags & frameExclusive != 0) { needed, neededExclusive in
-      if needed == mainQueue && onMainThread {
+      if needed == mainQueue && cgcd_is_main_thread() != 0 {
         // The main queue is drained only by the main thread; a main thread
         // that waits for it is not draining it.
         found = needed

@@ -283,7 +283,19 @@ extension Queue {
   func runAndWait<T, E: Error>(barrier: Bool, _ work: () throws(E) -> T) throws(E) -> T {
     checkReentrancy(barrier: barrier, operation: barrier ? "syncBarrier" : "sync")
     var result: Result<T, E>?
-    withoutActuallyEscaping({ result = Result(catching: work) }) { body in
+    withUnsafeMutablePointer(to: &result) { result in
+      runAndWait(barrier: barrier) { result.pointee = Result(catching: work) }
+    }
+    return try result.unsafelyUnwrapped.get()
+  }
+
+  /// The type-erased half of `sync`: the closure and the frame live on the
+  /// caller's stack while libdispatch runs the trampoline. Not inlined, so
+  /// that the caller's closure stays a stack closure; the one allocation
+  /// left is `withoutActuallyEscaping`'s.
+  @usableFromInline
+  func runAndWait(barrier: Bool, _ body: () -> Void) {
+    withoutActuallyEscaping(body) { body in
       var context = SyncContext(
         body: body, queue: raw, flags: barrier ? frameExclusive : flags, prev: cgcd_frame_get())
       withUnsafeMutablePointer(to: &context) { context in
@@ -294,7 +306,6 @@ extension Queue {
         }
       }
     }
-    return try result.unsafelyUnwrapped.get()
   }
 
   /// Submits a closure to run on the queue after a delay.
@@ -362,23 +373,14 @@ extension Queue {
   }
 }
 
-/// What `sync` passes to its trampoline: on the caller's stack, no allocation.
+/// What `sync` passes to its trampoline: on the caller's stack.
 @usableFromInline
 struct SyncContext {
-  @usableFromInline let body: () -> Void
-  @usableFromInline let queue: OpaquePointer
-  @usableFromInline let flags: UInt
-  @usableFromInline let prev: UnsafeMutablePointer<cgcd_frame_t>?
+  let body: () -> Void
+  let queue: OpaquePointer
+  let flags: UInt
+  let prev: UnsafeMutablePointer<cgcd_frame_t>?
 
-  @inlinable
-  init(body: @escaping () -> Void, queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?) {
-    self.body = body
-    self.queue = queue
-    self.flags = flags
-    self.prev = prev
-  }
-
-  @inlinable
   static func run(_ context: UnsafeMutableRawPointer?) {
     let context = context.unsafelyUnwrapped.assumingMemoryBound(to: SyncContext.self)
     withFrame(

@@ -81,6 +81,13 @@ static inline const void *cgcd_target_key(void) {
 /// True on the process's main thread (the thread whose id is the pid).
 int cgcd_is_main_thread(void);
 
+// MARK: - Linux calls with no Swift face
+
+/// `pidfd_open(2)`: a descriptor that refers to process `pid` and becomes
+/// readable when it exits (close-on-exec by definition). Returns -1 and sets
+/// `errno` on failure. A direct `syscall(SYS_pidfd_open, pid, flags)`.
+int cgcd_pidfd_open(int pid, unsigned int flags);
+
 #pragma clang assume_nonnull end
 
 #endif
