@@ -15,6 +15,13 @@ let examples: [String] = [
   "ExampleTargetQueue",
   "ExampleFunctionHandlers",
   "ExampleMainQueue",
+  "ExampleTimer",
+  "ExampleReadFile",
+  "ExampleWriteFile",
+  "ExampleSignal",
+  "ExampleRemoveSource",
+  "ExampleDataAdd",
+  "ExampleProgress",
 ]
 
 let package = Package(

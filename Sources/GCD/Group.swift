@@ -52,16 +52,17 @@ public final class Group: DispatchObject, @unchecked Sendable {
 
   /// Submits a C function and its context to `queue` as part of the group.
   ///
-  /// The corresponding C function is `dispatch_group_async_f`.
+  /// The corresponding C function is `dispatch_group_async_f` (here an
+  /// enter, a `dispatch_async_f`, and a leave when the function returns, so
+  /// that the pending work keeps the group alive).
   @inlinable
   public func async(
     on queue: Queue, context: UnsafeMutableRawPointer?,
     function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    #if DEBUG
-      // Counted as an enter that libdispatch leaves for us; see leave().
-    #endif
-    dispatch_group_async_f(raw, queue.raw, context, function)
+    enter()
+    let work = GroupFunctionWork(group: self, context: context, function: function)
+    dispatch_async_f(queue.raw, Unmanaged.passRetained(work).toOpaque()) { GroupFunctionWork.run($0) }
   }
 
   /// Counts a piece of work in the group explicitly; pair it with `leave()`.

@@ -93,6 +93,13 @@ extension Queue {
   }
 }
 
+extension Queue {
+  /// Whether the calling thread is the process's main thread (the thread
+  /// whose id is the process id), the only thread that drains `Queue.main`
+  /// in `dispatchMain()`.
+  public static var isMainThread: Bool { cgcd_is_main_thread() != 0 }
+}
+
 /// Calls `body` with `queue` and each queue of its target chain (as far as
 /// this package set the targets), with whether each is held exclusively,
 /// until `body` returns false.
@@ -110,14 +117,19 @@ func forEachInChain(
   }
 }
 
-/// Parks the main thread to run the work submitted to `Queue.main`; never
-/// returns. Call it from the main thread once the program has set up its
-/// work; end the program from a work item (with `exit`).
+/// Runs the work submitted to `Queue.main` on the main thread, forever:
+/// call it from the main thread once the program has set up its work, and
+/// end the program from a work item (with `exit`).
+///
+/// On Linux, libdispatch's own `dispatch_main` ends the main thread and lets
+/// worker threads drain the main queue; this function instead drains it on
+/// the main thread, as a run loop does, so main-queue work really runs on
+/// the main thread (still one item at a time, in FIFO order).
 ///
 /// The corresponding C function is `dispatch_main`.
 public func dispatchMain() -> Never {
   if cgcd_is_main_thread() == 0 {
     fatalError("GCD: dispatchMain() must be called on the main thread")
   }
-  dispatch_main()
+  cgcd_drain_main_queue_forever()
 }

@@ -89,6 +89,8 @@ public final class Queue: DispatchObject, @unchecked Sendable {
 
   @usableFromInline static let globalFlag: UInt = 2
   @usableFromInline static let mainFlag: UInt = 4
+  /// Created with `initiallyInactive`: libdispatch forbids re-targeting it once active.
+  static let createdInactiveFlag: UInt = 8
 
   public var unsafeObject: OpaquePointer { raw }
 
@@ -104,7 +106,8 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   ///     change it later (a queue made with `dispatch_queue_create_with_target`
   ///     could not be re-targeted).
   ///   - initiallyInactive: Create the queue inactive: work can be submitted
-  ///     but none runs until `activate()`.
+  ///     but none runs until `activate()`. libdispatch fixes the target of
+  ///     such a queue when it is activated: set it before `activate()`.
   ///
   /// The corresponding C function is `dispatch_queue_create`.
   public init(
@@ -115,16 +118,14 @@ public final class Queue: DispatchObject, @unchecked Sendable {
     if qos != .unspecified {
       attr = dispatch_queue_attr_make_with_qos_class(attr, qos.rawClass, qos.relativePriority)
     }
-    let startInactive = initiallyInactive || target != nil
-    if startInactive {
+    if initiallyInactive {
       attr = dispatch_queue_attr_make_initially_inactive(attr)
     }
     raw = dispatch_queue_create(label, attr)
-    flags = kind == .serial ? frameExclusive : 0
+    flags = (kind == .serial ? frameExclusive : 0) | (initiallyInactive ? Queue.createdInactiveFlag : 0)
     isActivated = Atomic(!initiallyInactive)
     if let target {
       setTarget(target)
-      if !initiallyInactive { dispatch_activate(raw.object) }
     }
   }
 
@@ -340,7 +341,8 @@ extension Queue {
   /// Runs `body` for every index in `0..<iterations`, concurrently on this
   /// queue (serially if it is a serial queue), and returns when all are done.
   ///
-  /// Indexes run in no particular order. Each iteration should do enough
+  /// Indexes run in no particular order, on several threads at once: the
+  /// closure is `@Sendable`. Each iteration should do enough
   /// work (microseconds, not nanoseconds) to pay for the threads it wakes;
   /// a trivial loop is faster as a plain `for`. Calling `apply` onto a
   /// serial queue the current thread is running on would deadlock and
@@ -348,7 +350,7 @@ extension Queue {
   ///
   /// The corresponding C function is `dispatch_apply` (through `dispatch_apply_f`).
   @inlinable
-  public func apply(_ iterations: Int, _ body: (Int) -> Void) {
+  public func apply(_ iterations: Int, _ body: @Sendable (Int) -> Void) {
     precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
     checkReentrancy(barrier: false, operation: "apply")
     withoutActuallyEscaping(body) { body in
@@ -391,13 +393,16 @@ struct SyncContext {
 /// What `apply` passes to its trampoline.
 @usableFromInline
 struct ApplyContext {
-  @usableFromInline let body: (Int) -> Void
+  @usableFromInline let body: @Sendable (Int) -> Void
   @usableFromInline let queue: OpaquePointer
   @usableFromInline let flags: UInt
   @usableFromInline let prev: UnsafeMutablePointer<cgcd_frame_t>?
 
   @inlinable
-  init(body: @escaping (Int) -> Void, queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?) {
+  init(
+    body: @escaping @Sendable (Int) -> Void, queue: OpaquePointer, flags: UInt,
+    prev: UnsafeMutablePointer<cgcd_frame_t>?
+  ) {
     self.body = body
     self.queue = queue
     self.flags = flags
@@ -471,13 +476,19 @@ extension Queue {
   /// Funnels this queue's work through `target`: work items of both still
   /// run one at a time if `target` is serial, and at `target`'s priority.
   ///
-  /// Work already handed to the old target stays there. A queue cannot
+  /// Work already handed to the old target stays there. A queue created
+  /// with `initiallyInactive: true` can be re-targeted only before
+  /// `activate()` (libdispatch fixes its target then). A queue cannot
   /// target itself or a queue that (through its targets) targets it, and
   /// global queues cannot be re-targeted; each stops with a message.
   ///
   /// The corresponding C function is `dispatch_set_target_queue`.
   public func setTarget(_ target: Queue) {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; its target cannot be changed") }
+    if flags & Queue.createdInactiveFlag != 0 && isActive {
+      fatalError(
+        "GCD: Queue '\(label)' was created inactive and has been activated; libdispatch fixes its target at activation")
+    }
     var link: UnsafeMutableRawPointer? = target.raw.raw
     var exclusive = target.flags & frameExclusive != 0
     while let queue = link {

@@ -88,6 +88,17 @@ int cgcd_is_main_thread(void);
 /// `errno` on failure. A direct `syscall(SYS_pidfd_open, pid, flags)`.
 int cgcd_pidfd_open(int pid, unsigned int flags);
 
+/// `O_PATH` (defined by <fcntl.h> only under _GNU_SOURCE, so Swift's Glibc
+/// module does not see it).
+int cgcd_o_path(void);
+
+/// Drains the main queue on the calling (main) thread forever, the way a
+/// run loop does: waits on the main queue's wake-up descriptor and runs the
+/// queued work with `_dispatch_main_queue_callback_4CF`. Unlike
+/// `dispatch_main`, which on Linux ends the main thread and lets worker
+/// threads drain the main queue, this keeps main-queue work on the main thread.
+void cgcd_drain_main_queue_forever(void) __attribute__((noreturn));
+
 #pragma clang assume_nonnull end
 
 #endif

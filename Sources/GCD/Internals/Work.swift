@@ -30,9 +30,7 @@ final class Work: @unchecked Sendable {
   static func run(_ context: UnsafeMutableRawPointer?) {
     let work = Unmanaged<Work>.fromOpaque(context.unsafelyUnwrapped).takeRetainedValue()
     withFrame(queue: work.queue, flags: work.flags, prev: cgcd_frame_get(), work.body)
-    if let group = work.group {
-      dispatch_group_leave(group.raw)
-    }
+    work.group?.leave()
   }
 }
 
@@ -52,5 +50,30 @@ func withFrame<R>(queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<
   return try withUnsafeMutablePointer(to: &frame) { frame in
     cgcd_frame_set(frame)
     return try body()
+  }
+}
+
+/// A C function and its context submitted as group work: holds the group,
+/// like `Work`, so that a group is never dropped while its work is pending.
+@usableFromInline
+final class GroupFunctionWork: @unchecked Sendable {
+  @usableFromInline let group: Group
+  @usableFromInline let context: UnsafeMutableRawPointer?
+  @usableFromInline let function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+
+  @inlinable
+  init(
+    group: Group, context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    self.group = group
+    self.context = context
+    self.function = function
+  }
+
+  @inlinable
+  static func run(_ context: UnsafeMutableRawPointer?) {
+    let work = Unmanaged<GroupFunctionWork>.fromOpaque(context.unsafelyUnwrapped).takeRetainedValue()
+    work.function(work.context)
+    work.group.leave()
   }
 }
