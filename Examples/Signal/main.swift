@@ -82,5 +82,5 @@ print(
   "spaced: \(spaced) sent, \(total - burstCounted) counted in \(events.load(ordering: .relaxed) - burstEvents) event(s)"
 )
 print("total deliveries counted by `count`: \(total) of \(sent) sent (merged deliveries count once in the kernel)")
-print("the process is still running: SIGHUP was ignored and only observed")
+print("the process is still running: no SIGHUP ended it")
 source.cancel()

@@ -4,7 +4,8 @@
 //
 // On Linux: the same calls. A `resume()` with no matching `suspend()` stops with a message (libdispatch
 // would trap without one), and a queue dropped while suspended is resumed first, so its queued work
-// still runs instead of libdispatch crashing on the release of a suspended object.
+// still runs instead of libdispatch crashing on the release of a suspended object. The same holds for
+// a source, whose events that arrive while it is suspended are merged into one delivery.
 //
 // Usage: ExampleSuspendResume [pause in milliseconds, default 100]
 
@@ -78,4 +79,51 @@ func suspendAndResumeAQueue() {
   print("a queue dropped while suspended still ran its queued item: \(orphanRan.wait(timeout: .seconds(10)))")
 }
 
+// MARK: - Sources
+
+func suspendAndResumeASource() {
+  print("-- source")
+  let queue = Queue(label: "com.example.SourceQueue")
+  let source = DataAddSource(queue: queue)
+  let deliveries = Mutex<[UInt]>([])
+  let delivered = try! Semaphore(value: 0)
+  source.setEventHandler { [unowned source] in
+    let data = source.data
+    deliveries.withLock { $0.append(data) }
+    print("source handler: data \(data)")
+    delivered.signal()
+  }
+  source.resume()
+  source.merge(1)
+  _ = delivered.wait(timeout: .seconds(10))
+  print("source running: merge(1) delivered \(deliveries.withLock { $0 })")
+
+  source.suspend()
+  source.suspend()
+  for value: UInt in 1...5 { source.merge(value) }
+  // Were a delivery due, it would be on the queue ahead of this sync's work item.
+  queue.sync {}
+  letTimePass()
+  print("source suspended twice, merged 1...5: deliveries while suspended: \(deliveries.withLock { $0.count - 1 })")
+
+  source.resume()
+  queue.sync {}
+  print("source after one resume (one suspend() outstanding), deliveries: \(deliveries.withLock { $0.count - 1 })")
+
+  source.resume()
+  _ = delivered.wait(timeout: .seconds(10))
+  queue.sync {}
+  let afterResume = deliveries.withLock { Array($0.dropFirst()) }
+  print("source after the second resume, deliveries: \(afterResume)")
+  print("the five merges arrived as one coalesced delivery of 15: \(afterResume == [15])")
+
+  source.merge(7)
+  _ = delivered.wait(timeout: .seconds(10))
+  queue.sync {}
+  let last = deliveries.withLock { $0.last ?? 0 }
+  print("source suspend and resume balanced, the next merge is delivered alone: \(last == 7)")
+  source.cancel()
+}
+
 suspendAndResumeAQueue()
+suspendAndResumeASource()

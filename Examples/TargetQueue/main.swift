@@ -2,8 +2,8 @@
 // changed at any time; work already handed to the old target stays there, later work goes to the new one.
 //
 // On Linux: the same call (`setTarget`). Re-targeting an active queue is queued behind the work already
-// in it, which is why that work stays on the old target. A target cycle stops with a message. The source
-// part of the passage comes with the source types.
+// in it, which is why that work stays on the old target. A target cycle stops with a message. A source's
+// target changes the same way: its later events run on the new queue (`newQueue.isCurrent` in the handler).
 //
 // Usage: ExampleTargetQueue [items per phase, default 3]
 
@@ -74,4 +74,48 @@ func retargetAQueue() {
   print("two concurrent queues through one serial target, most at once: \(peak.load(ordering: .relaxed))")
 }
 
+// MARK: - Sources
+
+func retargetASource() {
+  print("-- source")
+  let oldQueue = Queue(label: "com.example.OldSourceQueue")
+  let newQueue = Queue(label: "com.example.NewSourceQueue")
+  let source = DataAddSource(queue: oldQueue)
+  let ranOn = Mutex<[String]>([])
+  let delivered = try! Semaphore(value: 0)
+  source.setEventHandler { [unowned source] in
+    let line =
+      "event \(source.data): oldQueue.isCurrent \(oldQueue.isCurrent), newQueue.isCurrent \(newQueue.isCurrent)"
+    ranOn.withLock { $0.append(line) }
+    delivered.signal()
+  }
+  source.resume()
+
+  // Each merge is delivered before the next one, so every event is its own.
+  for value in 1...itemsPerPhase {
+    source.merge(UInt(value))
+    _ = delivered.wait(timeout: .seconds(10))
+  }
+  oldQueue.sync {}  // the last handler has returned
+  source.setTarget(newQueue)
+  print("setTarget(newQueue); the source's queue is now the new one: \(source.queue === newQueue)")
+  for value in itemsPerPhase + 1...2 * itemsPerPhase {
+    source.merge(UInt(value))
+    _ = delivered.wait(timeout: .seconds(10))
+  }
+  source.cancel()
+
+  let lines = ranOn.withLock { $0 }
+  for line in lines { print(line) }
+  let before =
+    lines.count == 2 * itemsPerPhase
+    && lines.prefix(itemsPerPhase).allSatisfy { $0.hasSuffix("oldQueue.isCurrent true, newQueue.isCurrent false") }
+  let after =
+    lines.count == 2 * itemsPerPhase
+    && lines.dropFirst(itemsPerPhase).allSatisfy { $0.hasSuffix("oldQueue.isCurrent false, newQueue.isCurrent true") }
+  print("source events before setTarget ran on the old queue: \(before)")
+  print("source events after setTarget ran on the new queue: \(after)")
+}
+
 retargetAQueue()
+retargetASource()

@@ -63,9 +63,13 @@ public final class DataReplaceSource: Source, @unchecked Sendable {
   deinit { core.dispose() }
 
   /// Replaces the pending data with `value` and schedules the handler.
-  /// Merging 0 does nothing (as in C).
+  /// Merging 0 does nothing: libdispatch would store the 0, throwing away a
+  /// pending value, and then skip the handler; this returns early instead.
   ///
   /// The corresponding C function is `dispatch_source_merge_data`.
   @inlinable
-  public func merge(_ value: UInt) { dispatch_source_merge_data(core.raw, value) }
+  public func merge(_ value: UInt) {
+    if value == 0 { return }
+    dispatch_source_merge_data(core.raw, value)
+  }
 }

@@ -11,10 +11,13 @@ import CGCD
 ///
 /// The descriptor stays yours: close it in the cancel handler, after the
 /// source has stopped watching it. Put the descriptor in non-blocking mode
-/// (`fcntl(fd, F_SETFL, O_NONBLOCK)`) and read at most `bytesAvailable`
-/// bytes (or until `EAGAIN`) in the handler, so a read never blocks the
-/// queue. On Linux a regular file is always readable: the handler runs until
-/// you cancel the source; read until `read` returns 0 and cancel then.
+/// (`fcntl(fd, F_SETFL, O_NONBLOCK)`) so a read never blocks the queue, and
+/// in each handler call read until `read` fails with `EAGAIN` (or returns 0
+/// at end of file): on Linux libdispatch may not report again data that
+/// was already there — reading only `bytesAvailable` per call can leave the
+/// rest of a pipe, and its end of file, unseen once the writer has closed.
+/// A regular file is always readable: the handler runs until you cancel the
+/// source; read until `read` returns 0 and cancel then.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ`.
 public final class ReadSource: Source, @unchecked Sendable {

@@ -9,11 +9,20 @@ import CGCD
 
 /// Observes deliveries of a signal to the process.
 ///
-/// A signal source only observes: it does not replace the signal's
-/// disposition. Set the disposition first — `signal(SIGHUP, SIG_IGN)`, as
-/// the listing does — or the signal's default action (for most signals,
-/// ending the process) still happens. Deliveries that arrive close together
-/// are merged: `count` says how many one event stands for.
+/// Deliveries that arrive close together are merged: `count` says how many
+/// one event stands for.
+///
+/// On Linux, libdispatch reads signals from a `signalfd`, and a signal
+/// reaches a signalfd only while it is blocked; so when the first source
+/// for a signal registers, libdispatch installs its own handler for it
+/// (which blocks the signal in the receiving thread and raises it again,
+/// towards the signalfd). That replaces the previous disposition —
+/// `SIG_IGN`, `SIG_DFL` or your handler — for the rest of the process's
+/// life, also after the source is cancelled. So: set `signal(SIGHUP,
+/// SIG_IGN)` first as the listing does (it keeps the signal harmless until
+/// the source registers), and do not call `signal` or `sigaction` for that
+/// signal afterwards: replacing libdispatch's handler silently stops every
+/// source of that signal.
 ///
 /// Signals that cannot be observed (`SIGKILL`, `SIGSTOP`) or that mean the
 /// process is broken (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`) are rejected.

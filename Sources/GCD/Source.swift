@@ -143,8 +143,10 @@ extension Source {
   /// The corresponding C function is `dispatch_source_testcancel`.
   public var isCancelled: Bool { dispatch_source_testcancel(core.raw) != 0 }
 
-  /// Runs the handlers on `queue` from now on; handlers already submitted
-  /// to the old queue still run there.
+  /// Runs the handlers on `queue` from now on. A handler that is running
+  /// finishes where it is; events not yet handled — even one waiting for
+  /// the old queue — run on the new queue (libdispatch re-checks the
+  /// target when it drains the source).
   ///
   /// The corresponding C function is `dispatch_set_target_queue`.
   public func setTarget(_ queue: Queue) { core.setTarget(queue) }

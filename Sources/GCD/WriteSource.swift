@@ -3,6 +3,11 @@ import CGCD
 
 /// Fires when a descriptor has room to write.
 ///
+/// Do not size writes by `data`: on Linux libdispatch reports there the
+/// bytes still queued for sending on a socket (`SIOCOUTQ`, so 0 on an idle
+/// socket) and 1 for pipes and files — not the room left. Write until
+/// `EAGAIN` instead.
+///
 /// The descriptor stays yours: close it in the cancel handler. Use it in
 /// non-blocking mode and write until `EAGAIN`, then wait for the next event.
 /// A pipe or socket whose reader has gone makes `write` fail with `EPIPE`;
@@ -24,9 +29,6 @@ public final class WriteSource: Source, @unchecked Sendable {
   }
 
   deinit { core.dispose() }
-
-  /// An estimate of the room available for writing (`data`).
-  public var bytesWritable: Int { Int(clamping: data) }
 
   /// The watched descriptor.
   public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }

@@ -88,6 +88,11 @@ struct ExamplesTests {
     run.expect("suspend and resume balanced: true")
     run.expect("the running item finished and the next one waited: true")
     run.expect("a queue dropped while suspended still ran its queued item: true")
+    run.expect("source suspended twice, merged 1...5: deliveries while suspended: 0")
+    run.expect("source after one resume (one suspend() outstanding), deliveries: 0")
+    run.expect("source after the second resume, deliveries: [15]")
+    run.expect("the five merges arrived as one coalesced delivery of 15: true")
+    run.expect("source suspend and resume balanced, the next merge is delivered alone: true")
   }
 
   @Test func targetQueue() async throws {
@@ -96,6 +101,9 @@ struct ExamplesTests {
     run.expect("items queued before setTarget ran through the old target: true")
     run.expect("items queued after setTarget ran through the new target: true")
     run.expect("two concurrent queues through one serial target, most at once: 1")
+    run.expect("setTarget(newQueue); the source's queue is now the new one: true")
+    run.expect("source events before setTarget ran on the old queue: true")
+    run.expect("source events after setTarget ran on the new queue: true")
   }
 
   @Test func functionHandlers() async throws {
@@ -117,6 +125,71 @@ struct ExamplesTests {
     run.expect("each producer's items ran in the order submitted: true")
     run.expect("items on the main thread (tid == pid): 12 of 12; threads that drained the main queue: 1")
     run.expect("exit(0) from a main-queue work item")
+  }
+
+  // MARK: - Sources
+
+  @Test func timer() async throws {
+    let run = try await ExampleRun("Timer", arguments: ["0.05", "4"])
+    run.expect("interval 50 ms, 4 ticks, handler on the main queue")
+    run.expectOrder("tick 1 at ", "tick 2 at ", "tick 3 at ", "tick 4 at ")
+    #expect(!run.output.contains("on the main queue: false"), "a tick ran off the main queue:\n\(run.output)")
+    #expect(!run.output.contains("tick 5 "), "the timer ticked after the last tick:\n\(run.output)")
+    run.expect("ticks: 4 of 4")
+  }
+
+  @Test func readFile() async throws {
+    let run = try await ExampleRun("ReadFile")
+    run.expect("bytes available at the first call: 204800, at the last call (end of file): 0")
+    run.expect("bytes read: 204800 of 204800")
+    run.expect("whole file read, byte for byte: true")
+    run.expect("cancelled: true")
+    run.expect("closed by the cancel handler: true")
+  }
+
+  @Test func writeFile() async throws {
+    let run = try await ExampleRun("WriteFile")
+    run.expect("handler calls: 1 ")
+    run.expect("bytes written: 65582 of 65582")
+    run.expect("content matches: true")
+    run.expect("closed by the cancel handler: true")
+  }
+
+  @Test func signal() async throws {
+    let run = try await ExampleRun("Signal", arguments: ["5", "3"])
+    run.expect("spaced: 3 sent")
+    // Deliveries merge (the kernel keeps one SIGHUP pending), so the count is at most what was sent;
+    // each spaced signal is sent after the handler ran, so at least those (less one still in flight).
+    let counted = try #require(run.number(after: "total deliveries counted by `count`: "))
+    #expect(counted >= 3 && counted <= 8, "counted \(counted) of 8 sent")
+    run.expect("no SIGHUP ended it")
+  }
+
+  @Test func removeSource() async throws {
+    let run = try await ExampleRun("RemoveSource")
+    run.expectOrder(
+      "event handler 1: started", "RemoveDispatchSource returned", "event handler 1: finished its work",
+      "cancel handler (call 1): close(fd)")
+    run.expect("order of events: the running handler finished, then the cancel handler ran: true")
+    run.expect("event handler calls: 1 ")
+    run.expect("cancel handler calls: 1")
+    run.expect("closed by the cancel handler: true")
+  }
+
+  @Test func dataAdd() async throws {
+    let run = try await ExampleRun("DataAdd", arguments: ["50"])
+    run.expectOrder(
+      "fast DATA_ADD: handler calls", "sum of what was seen: 10 (expected 10)",
+      "fast DATA_OR: handler calls", "OR of what was seen: 7 (expected 7)",
+      "spaced DATA_ADD: handler calls", "sum of what was seen: 10 (expected 10)")
+  }
+
+  @Test func progress() async throws {
+    let run = try await ExampleRun("Progress")
+    run.expect("progress reached exactly 1.0: true")
+    let calls = try #require(run.number(after: "handler calls: "))
+    #expect(calls >= 1 && calls < 100, "\(calls) handler calls for 100 merges")
+    run.expect("for 100 merges (coalesced: true)")
   }
 }
 

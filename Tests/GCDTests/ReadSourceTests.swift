@@ -1,0 +1,201 @@
+import GCD
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+@Suite("ReadSource")
+struct ReadSourceTests {
+  /// Starts a read source that reads `fd` (non-blocking) until end of file, then cancels itself and
+  /// closes `fd` in its cancel handler. Returns the bytes read, the handler calls, and whether the
+  /// cancel handler ran in time.
+  @available(*, noasync, message: "blocks the thread")
+  func readToEnd(_ fd: Int32, queue: Queue, whileReading: () -> Void = {}) -> (bytes: [UInt8], calls: Int, done: Bool) {
+    let received = Mutex<[UInt8]>([])
+    let calls = Counter()
+    let cancelled = Event()
+    let source = try! ReadSource(fileDescriptor: fd, queue: queue)
+    source.setEventHandler { [unowned source] in
+      calls.increment()
+      let estimated = source.bytesAvailable + 1
+      var buffer = [UInt8](repeating: 0, count: estimated)
+      // Read until the descriptor has nothing more (EAGAIN) or is at its end (0): on Linux, once a
+      // pipe's writer has closed, libdispatch delivers one last event, not one per remaining chunk.
+      while true {
+        let count = read(fd, &buffer, estimated)
+        if count > 0 {
+          received.withLock { $0.append(contentsOf: buffer.prefix(count)) }
+        } else {
+          if count == 0 || (errno != EAGAIN && errno != EINTR) { source.cancel() }
+          break
+        }
+      }
+    }
+    source.setCancelHandler {
+      close(fd)
+      cancelled.signal()
+    }
+    source.resume()
+    whileReading()
+    let done = cancelled.wait()
+    return (received.withLock { $0 }, calls.current, done)
+  }
+
+  @Test("a read source reads a whole regular file, and reports 0 bytes available at its end")
+  func readsAWholeFile() {
+    let expected = patternBytes(300_000)
+    let path = temporaryFile(containing: expected)
+    defer { unlink(path) }
+    let fd = open(path, O_RDONLY | O_NONBLOCK)
+    #expect(fd >= 0)
+    let (bytes, calls, done) = readToEnd(fd, queue: .global())
+    #expect(done)
+    #expect(bytes.count == expected.count)
+    #expect(firstDifference(bytes, expected) == nil)
+    #expect(calls >= 1)
+    #expect(!isOpen(fd))
+  }
+
+  @Test("a read source reads everything written to a pipe until the writer closes it")
+  func readsAPipe() {
+    let expected = patternBytes(1_000_000)
+    let (readEnd, writeEnd) = makePipe()
+    let (bytes, _, done) = readToEnd(readEnd, queue: Queue(label: "read.pipe")) {
+      // Blocking writes in chunks: the pipe holds 64 KB, so the reader must keep up.
+      Queue.global().async {
+        var offset = 0
+        while offset < expected.count {
+          let count = expected[offset..<min(offset + 10_000, expected.count)].withUnsafeBytes {
+            write(writeEnd, $0.baseAddress, $0.count)
+          }
+          if count < 0 && errno == EINTR { continue }
+          if count <= 0 { break }
+          offset += count
+        }
+        close(writeEnd)
+      }
+    }
+    #expect(done)
+    #expect(bytes.count == expected.count)
+    #expect(firstDifference(bytes, expected) == nil)
+  }
+
+  @Test("bytesAvailable is what a pipe holds; fileDescriptor and handle are the descriptor")
+  func bytesAvailableOnAPipe() {
+    let (readEnd, writeEnd) = makePipe()
+    defer {
+      close(readEnd)
+      close(writeEnd)
+    }
+    _ = write(writeEnd, "0123456789", 10)
+    let queue = Queue(label: "read.available")
+    let source = try! ReadSource(fileDescriptor: readEnd, queue: queue)
+    let available = Recorder<Int>()
+    let fired = Event()
+    let cancelled = Event()
+    source.setEventHandler { [unowned source] in
+      available.append(source.bytesAvailable)
+      source.cancel()
+      fired.signal()
+    }
+    source.setCancelHandler { cancelled.signal() }
+    #expect(source.fileDescriptor == readEnd)
+    #expect(source.handle == UInt(readEnd))
+    source.resume()
+    #expect(fired.wait())
+    #expect(cancelled.wait())
+    #expect(available.values == [10])
+  }
+
+  @Test("read and write sources on the two ends of a socket pair, and on one end, all fire")
+  func socketPairReadAndWrite() {
+    let (left, right) = makeSocketPair()
+    let queue = Queue(label: "read.socketpair")
+    let leftRead = try! ReadSource(fileDescriptor: left, queue: queue)
+    let leftWrite = try! WriteSource(fileDescriptor: left, queue: queue)
+    let rightRead = try! ReadSource(fileDescriptor: right, queue: queue)
+    let fired = Recorder<String>()
+    let all = Latch(count: 3)
+    let cancelled = Latch(count: 3)
+    leftWrite.setEventHandler { [unowned leftWrite] in
+      // Room to write: send one byte to the right end, once.
+      _ = write(left, "L", 1)
+      fired.append("left writable")
+      leftWrite.cancel()
+      all.signal()
+    }
+    rightRead.setEventHandler { [unowned rightRead] in
+      var byte: UInt8 = 0
+      guard read(right, &byte, 1) == 1 else { return }
+      fired.append("right read \(Character(UnicodeScalar(byte)))")
+      _ = write(right, "R", 1)
+      rightRead.cancel()
+      all.signal()
+    }
+    leftRead.setEventHandler { [unowned leftRead] in
+      var byte: UInt8 = 0
+      guard read(left, &byte, 1) == 1 else { return }
+      fired.append("left read \(Character(UnicodeScalar(byte)))")
+      leftRead.cancel()
+      all.signal()
+    }
+    for source in [leftRead, rightRead] as [any Source] + [leftWrite] {
+      source.setCancelHandler { cancelled.signal() }
+    }
+    leftRead.resume()
+    leftWrite.resume()
+    rightRead.resume()
+    #expect(all.wait())
+    #expect(cancelled.wait())
+    #expect(fired.values == ["left writable", "right read L", "left read R"])
+    close(left)
+    close(right)
+  }
+
+  @Test("an invalid descriptor throws GCDError with EBADF", arguments: [Int32(-1), 9999])
+  func invalidDescriptorThrows(fd: Int32) {
+    #expect {
+      _ = try ReadSource(fileDescriptor: fd, queue: .global())
+    } throws: { error in
+      (error as? GCDError)?.errno == EBADF
+    }
+  }
+
+  @Test("a closed descriptor throws GCDError with EBADF, naming the call")
+  func closedDescriptorThrows() throws {
+    let (readEnd, writeEnd) = makePipe()
+    close(readEnd)
+    close(writeEnd)
+    let error = #expect(throws: GCDError.self) {
+      _ = try ReadSource(fileDescriptor: readEnd, queue: .global())
+    }
+    #expect(error?.errno == EBADF)
+    #expect(error?.description.contains("ReadSource(fileDescriptor: \(readEnd))") == true)
+  }
+
+  @Test("the event handler runs on the source's queue")
+  func handlerRunsOnTheQueue() {
+    let (readEnd, writeEnd) = makePipe()
+    defer { close(writeEnd) }
+    let queue = Queue(label: "read.queue")
+    let source = try! ReadSource(fileDescriptor: readEnd, queue: queue)
+    let onQueue = Recorder<Bool>()
+    let cancelled = Event()
+    source.setEventHandler { [unowned source] in
+      onQueue.append(queue.isCurrent)
+      source.cancel()
+    }
+    source.setCancelHandler {
+      close(readEnd)
+      cancelled.signal()
+    }
+    source.resume()
+    _ = write(writeEnd, "x", 1)
+    #expect(cancelled.wait())
+    #expect(onQueue.values == [true])
+  }
+}

@@ -1,0 +1,145 @@
+import GCD
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+@Suite("SignalSource")
+struct SignalSourceTests {
+  static let rejected: [Int32] = [SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL, SIGFPE, 0, 999, -1, 65]
+
+  @Test("signals that cannot be observed, and numbers that are not signals, throw EINVAL", arguments: rejected)
+  func rejectsUnobservableSignals(signal: Int32) {
+    let error = #expect(throws: GCDError.self) {
+      _ = try SignalSource(signal: signal, queue: .global())
+    }
+    #expect(error?.errno == EINVAL)
+    #expect(error?.description.contains("SignalSource(signal: \(signal))") == true)
+  }
+
+  /// Ignores SIGUSR1, once per process. Setting a disposition again after libdispatch has registered
+  /// a source for the signal replaces the handler libdispatch installed at registration: every source
+  /// of that signal would stop receiving it (libdispatch installs its handler only once).
+  static let ignoreSIGUSR1: Void = { _ = signal(SIGUSR1, SIG_IGN) }()
+
+  /// A started SIGUSR1 source (SIGUSR1 ignored first, as the listing does with SIGHUP), its event
+  /// counts, and an event signalled after each handler call.
+  @available(*, noasync, message: "blocks the thread")
+  func startSIGUSR1Source(queue: Queue) -> (SignalSource, Recorder<UInt>, Latch) {
+    _ = Self.ignoreSIGUSR1
+    let source = try! SignalSource(signal: SIGUSR1, queue: queue)
+    let counts = Recorder<UInt>()
+    let anyEvent = Latch(count: 1)
+    let registered = Event()
+    source.setRegistrationHandler { registered.signal() }
+    source.setEventHandler { [unowned source] in
+      counts.append(source.count)
+      anyEvent.signal()
+    }
+    source.resume()
+    #expect(registered.wait(), "the source was not registered")
+    return (source, counts, anyEvent)
+  }
+
+  @Test("a burst of self-sent SIGUSR1s is counted: at least one delivery, never more than were sent")
+  func countsSelfSentSignals() {
+    let queue = Queue(label: "signal.burst")
+    let (source, counts, anyEvent) = startSIGUSR1Source(queue: queue)
+    #expect(source.signal == SIGUSR1)
+    #expect(source.handle == UInt(SIGUSR1))
+    let sent = 5
+    for _ in 0..<sent { kill(getpid(), SIGUSR1) }
+    #expect(anyEvent.wait())
+    let cancelled = Event()
+    source.setCancelHandler { cancelled.signal() }
+    source.cancel()
+    #expect(cancelled.wait())
+    let values = counts.values
+    let total = values.reduce(0, +)
+    #expect(total >= 1 && total <= UInt(sent), "counted \(total) of \(sent) in events \(values)")
+    #expect(values.allSatisfy { $0 >= 1 })
+  }
+
+  @Test("signals sent one at a time, each after the handler ran, arrive one per event")
+  func spacedSignalsArriveAlone() {
+    let queue = Queue(label: "signal.spaced")
+    _ = Self.ignoreSIGUSR1
+    let source = try! SignalSource(signal: SIGUSR1, queue: queue)
+    let counts = Recorder<UInt>()
+    let events = Latch(count: 3)
+    let onQueue = Recorder<Bool>()
+    let registered = Event()
+    let handled = Mutex<[Event]>([Event(), Event(), Event()])
+    source.setRegistrationHandler { registered.signal() }
+    source.setEventHandler { [unowned source] in
+      counts.append(source.count)
+      onQueue.append(queue.isCurrent)
+      let next = handled.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+      next?.signal()
+      events.signal()
+    }
+    let waits = handled.withLock { $0 }
+    source.resume()
+    #expect(registered.wait())
+    for event in waits {
+      kill(getpid(), SIGUSR1)
+      #expect(event.wait())
+    }
+    #expect(events.wait())
+    source.cancel()
+    queue.sync {}
+    #expect(counts.values == [1, 1, 1])
+    #expect(onQueue.values == [true, true, true])
+  }
+
+  @Test("two sources for one signal both see it")
+  func twoSourcesForOneSignal() {
+    let (first, firstCounts, firstEvent) = startSIGUSR1Source(queue: Queue(label: "signal.first"))
+    let (second, secondCounts, secondEvent) = startSIGUSR1Source(queue: Queue(label: "signal.second"))
+    kill(getpid(), SIGUSR1)
+    #expect(firstEvent.wait())
+    #expect(secondEvent.wait())
+    first.cancel()
+    second.cancel()
+    #expect(firstCounts.values.reduce(0, +) >= 1)
+    #expect(secondCounts.values.reduce(0, +) >= 1)
+  }
+
+  @Test("on Linux, registering a signal source replaces the disposition with libdispatch's handler (documented)")
+  func dispositionIsLeftAlone() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      signalDispositionChild()
+    }
+    if let result { #expect(standardError(of: result) == "") }
+  }
+}
+
+/// The exit-test child of `dispositionIsLeftAlone`: fails unless libdispatch replaced SIG_IGN, and the
+/// source still observes the signal afterwards.
+func signalDispositionChild() {
+  signal(SIGUSR2, SIG_IGN)
+  var before = sigaction()
+  sigaction(SIGUSR2, nil, &before)
+  let source = try! SignalSource(signal: SIGUSR2, queue: .global())
+  let registered = Event()
+  source.setRegistrationHandler { registered.signal() }
+  source.resume()
+  childRequire(registered.wait(), "the source was not registered")
+  var after = sigaction()
+  sigaction(SIGUSR2, nil, &after)
+  let handlerBefore = unsafeBitCast(before.__sigaction_handler.sa_handler, to: Int.self)
+  let handlerAfter = unsafeBitCast(after.__sigaction_handler.sa_handler, to: Int.self)
+  // libdispatch on Linux installs its own handler when the source registers (it re-raises the signal
+  // towards its signalfd), replacing SIG_IGN; SIG_DFL would be replaced the same way.
+  childRequire(
+    handlerBefore != handlerAfter,
+    "SIGUSR2 disposition stayed \(handlerBefore) (SIG_IGN); SignalSource documents that libdispatch replaces it")
+  let delivered = Event()
+  source.setEventHandler { delivered.signal() }
+  kill(getpid(), SIGUSR2)
+  childRequire(delivered.wait(), "the source did not observe SIGUSR2")
+}

@@ -1,0 +1,99 @@
+import GCD
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A pipe: `(read, write)` descriptors.
+func makePipe(nonBlockingRead: Bool = true) -> (read: Int32, write: Int32) {
+  var ends: [Int32] = [-1, -1]
+  precondition(pipe(&ends) == 0, "pipe failed: errno \(errno)")
+  if nonBlockingRead { _ = fcntl(ends[0], F_SETFL, O_NONBLOCK) }
+  return (ends[0], ends[1])
+}
+
+/// A connected pair of non-blocking Unix stream sockets.
+func makeSocketPair() -> (Int32, Int32) {
+  var ends: [Int32] = [-1, -1]
+  precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &ends) == 0, "socketpair failed: errno \(errno)")
+  _ = fcntl(ends[0], F_SETFL, O_NONBLOCK)
+  _ = fcntl(ends[1], F_SETFL, O_NONBLOCK)
+  return (ends[0], ends[1])
+}
+
+/// `count` bytes of a pattern that does not repeat every 256 bytes.
+func patternBytes(_ count: Int) -> [UInt8] {
+  (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) }
+}
+
+/// Writes `bytes` to a new temporary file and returns its path.
+func temporaryFile(containing bytes: [UInt8]) -> String {
+  var template = Array("/tmp/GCDTests-XXXXXX".utf8CString)
+  let fd = mkstemp(&template)
+  precondition(fd >= 0, "mkstemp failed: errno \(errno)")
+  var offset = 0
+  while offset < bytes.count {
+    let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    precondition(written > 0, "write failed: errno \(errno)")
+    offset += written
+  }
+  close(fd)
+  return template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+}
+
+/// Reads a whole file (blocking I/O).
+func contentsOfFile(_ path: String) -> [UInt8] {
+  let fd = open(path, O_RDONLY)
+  guard fd >= 0 else { return [] }
+  defer { close(fd) }
+  var result: [UInt8] = []
+  var chunk = [UInt8](repeating: 0, count: 65536)
+  while true {
+    let count = read(fd, &chunk, chunk.count)
+    if count <= 0 { break }
+    result.append(contentsOf: chunk.prefix(count))
+  }
+  return result
+}
+
+/// Whether `descriptor` is open.
+func isOpen(_ descriptor: Int32) -> Bool { fcntl(descriptor, F_GETFD) != -1 }
+
+/// Waits until `condition` holds, checking it every millisecond, for at most `timeout`. For conditions
+/// no event announces (a weak reference that becomes nil); the answer never depends on the timing.
+@available(*, noasync, message: "blocks the thread")
+func waitUntil(timeout: Duration = generousTimeout, _ condition: () -> Bool) -> Bool {
+  let deadline = ContinuousClock.now + timeout
+  while !condition() {
+    if ContinuousClock.now >= deadline { return condition() }
+    usleep(1000)
+  }
+  return true
+}
+
+/// Lets at least `duration` pass: a wait on an event nobody signals. Only ever a lower bound of the
+/// time elapsed, never an expectation that something has happened meanwhile.
+@available(*, noasync, message: "blocks the thread")
+func letTimePass(_ duration: Duration) {
+  Event().wait(timeout: duration)
+}
+
+/// In an exit test's child: ends the child with status 3 and `message` on standard error unless
+/// `condition` holds.
+func childRequire(_ condition: Bool, _ message: @autoclosure () -> String) {
+  if !condition {
+    let text = "exit-test child: \(message())\n"
+    _ = text.withCString { write(2, $0, strlen($0)) }
+    exit(3)
+  }
+}
+
+/// The first index where `a` and `b` differ (or the shorter length), nil when they are equal: for
+/// comparing large buffers without printing them whole on failure.
+func firstDifference(_ a: [UInt8], _ b: [UInt8]) -> Int? {
+  if let index = zip(a.indices, zip(a, b)).first(where: { $0.1.0 != $0.1.1 })?.0 { return index }
+  return a.count == b.count ? nil : min(a.count, b.count)
+}

@@ -1,0 +1,179 @@
+import GCD
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+@Suite("WriteSource")
+struct WriteSourceTests {
+  @Test("a write source writes 1 MB into a pipe as the reader drains it, until EAGAIN each time")
+  func writesAPipe() {
+    let expected = patternBytes(1_000_000)
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    _ = fcntl(writeEnd, F_SETFL, O_NONBLOCK)
+    let written = Atomic<Int>(0)
+    let calls = Counter()
+    let cancelled = Event()
+    let source = try! WriteSource(fileDescriptor: writeEnd, queue: Queue(label: "write.pipe"))
+    source.setEventHandler { [unowned source] in
+      calls.increment()
+      var offset = written.load(ordering: .relaxed)
+      while offset < expected.count {
+        let count = expected[offset...].withUnsafeBytes { write(writeEnd, $0.baseAddress, $0.count) }
+        if count < 0 { break }  // EAGAIN: the pipe is full; wait for the next event
+        offset += count
+      }
+      written.store(offset, ordering: .relaxed)
+      if offset == expected.count { source.cancel() }
+    }
+    source.setCancelHandler {
+      close(writeEnd)
+      cancelled.signal()
+    }
+    source.resume()
+    let received = contentsOfDescriptor(readEnd)
+    close(readEnd)
+    #expect(cancelled.wait())
+    #expect(received.count == expected.count)
+    #expect(firstDifference(received, expected) == nil)
+    #expect(calls.current >= 2, "a 64 KB pipe cannot take 1 MB in one handler call")
+  }
+
+  /// Reads until end of file (blocking).
+  func contentsOfDescriptor(_ fd: Int32) -> [UInt8] {
+    var result: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    while true {
+      let count = read(fd, &chunk, chunk.count)
+      if count < 0 && errno == EINTR { continue }
+      if count <= 0 { break }
+      result.append(contentsOf: chunk.prefix(count))
+    }
+    return result
+  }
+
+  @Test("a write source on a regular file fires at once; the file holds what the handler wrote")
+  func writesAFile() {
+    let path = temporaryFile(containing: [])
+    defer { unlink(path) }
+    let fd = open(path, O_WRONLY | O_TRUNC)
+    let expected = patternBytes(100_000)
+    let cancelled = Event()
+    let writable = Recorder<Int>()
+    let source = try! WriteSource(fileDescriptor: fd, queue: .global())
+    source.setEventHandler { [unowned source] in
+      writable.append(Int(source.data))
+      var offset = 0
+      while offset < expected.count {
+        let count = expected[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        if count <= 0 { break }
+        offset += count
+      }
+      source.cancel()
+    }
+    source.setCancelHandler {
+      close(fd)
+      cancelled.signal()
+    }
+    #expect(source.fileDescriptor == fd)
+    source.resume()
+    #expect(cancelled.wait())
+    #expect(writable.values.count == 1)
+    #expect(writable.values.allSatisfy { $0 > 0 })
+    #expect(firstDifference(contentsOfFile(path), expected) == nil)
+    #expect(!isOpen(fd))
+  }
+
+  @Test("on a pipe whose reader has closed, write fails with EPIPE (SIGPIPE ignored) and the process lives on")
+  func brokenPipeGivesEPIPE() {
+    signal(SIGPIPE, SIG_IGN)
+    let (readEnd, writeEnd) = makePipe()
+    close(readEnd)
+    let errors = Recorder<Int32>()
+    let cancelled = Event()
+    let source = try! WriteSource(fileDescriptor: writeEnd, queue: Queue(label: "write.epipe"))
+    source.setEventHandler { [unowned source] in
+      let result = write(writeEnd, "x", 1)
+      errors.append(result < 0 ? errno : 0)
+      source.cancel()
+    }
+    source.setCancelHandler {
+      close(writeEnd)
+      cancelled.signal()
+    }
+    source.resume()
+    #expect(cancelled.wait())
+    #expect(errors.values == [EPIPE])
+  }
+
+  @Test("an invalid descriptor throws GCDError with EBADF", arguments: [Int32(-1), 9999])
+  func invalidDescriptorThrows(fd: Int32) {
+    let error = #expect(throws: GCDError.self) {
+      _ = try WriteSource(fileDescriptor: fd, queue: .global())
+    }
+    #expect(error?.errno == EBADF)
+    #expect(error?.description.contains("WriteSource(fileDescriptor: \(fd))") == true)
+  }
+
+  @Test("the event handler runs on the source's queue; setTarget moves later events")
+  func handlerRunsOnTheQueue() {
+    let (readEnd, writeEnd) = makePipe()
+    _ = fcntl(writeEnd, F_SETFL, O_NONBLOCK)
+    defer { close(readEnd) }
+    let first = Queue(label: "write.first")
+    let second = Queue(label: "write.second")
+    let source = try! WriteSource(fileDescriptor: writeEnd, queue: first)
+    let ranOn = Recorder<String>()
+    let fired = Event()
+    let cancelled = Event()
+    // The pipe stays writable, so the source fires again and again: until an event runs on `second`.
+    source.setEventHandler { [unowned source] in
+      ranOn.append("first \(first.isCurrent), second \(second.isCurrent)")
+      fired.signal()
+      if second.isCurrent { source.cancel() }
+    }
+    source.setCancelHandler {
+      close(writeEnd)
+      cancelled.signal()
+    }
+    source.resume()
+    #expect(fired.wait())
+    source.setTarget(second)
+    #expect(cancelled.wait())
+    let values = ranOn.values
+    #expect(values.first == "first true, second false")
+    #expect(values.last == "first false, second true")
+    // Once an event has run on the new queue, none runs on the old one.
+    let moved = values.firstIndex(of: "first false, second true") ?? values.count
+    #expect(values[..<moved].allSatisfy { $0 == "first true, second false" })
+    #expect(values[moved...].allSatisfy { $0 == "first false, second true" })
+  }
+
+  @Test("on Linux, data of a write source on an idle socket is the bytes still queued: 0 (documented)")
+  func dataOnAnIdleSocket() {
+    let (left, right) = makeSocketPair()
+    defer {
+      close(left)
+      close(right)
+    }
+    let queue = Queue(label: "write.room")
+    let source = try! WriteSource(fileDescriptor: left, queue: queue)
+    let writable = Recorder<Int>()
+    let cancelled = Event()
+    source.setEventHandler { [unowned source] in
+      writable.append(Int(source.data))
+      source.cancel()
+    }
+    source.setCancelHandler { cancelled.signal() }
+    source.resume()
+    #expect(cancelled.wait())
+    // libdispatch on Linux reports SIOCOUTQ here: the bytes still queued for sending (0 on an idle
+    // socket), not the room left; WriteSource documents it.
+    #expect(writable.values == [0], "data: \(writable.values)")
+  }
+
+}
