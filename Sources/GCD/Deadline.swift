@@ -33,7 +33,11 @@ public struct Deadline: Hashable, Sendable {
   /// The wall-clock time `seconds` (and `nanoseconds`) after the Unix epoch.
   ///
   /// The corresponding C call is `dispatch_walltime(&timespec, 0)`.
+  /// libdispatch returns `forever` for a time at or before the epoch; such a
+  /// time has long passed, so it becomes the current wall-clock time
+  /// instead (a deadline that is already due).
   public static func wallClock(secondsSinceEpoch seconds: Int, nanoseconds: Int = 0) -> Deadline {
+    if seconds < 0 || (seconds == 0 && nanoseconds <= 1) { return wallClock() }
     var spec = timespec(tv_sec: seconds, tv_nsec: nanoseconds)
     return Deadline(rawValue: dispatch_walltime(&spec, 0))
   }

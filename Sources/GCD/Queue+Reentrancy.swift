@@ -48,9 +48,11 @@ extension Queue {
     let mainQueue = Queue.main.raw.raw
     var found: UnsafeMutableRawPointer?
     forEachInChain(raw.raw, exclusive: barrier || flags & frameExclusive != 0) { needed, neededExclusive in
-      if needed == mainQueue && cgcd_is_main_thread() != 0 {
-        // The main queue is drained only by the main thread; a main thread
-        // that waits for it is not draining it.
+      if needed == mainQueue && (cgcd_is_main_thread() != 0 || Queue.isOnMainQueue) {
+        // The main queue is drained only by the main thread (or, after
+        // dispatch_main, by one worker at a time); a thread that waits for it
+        // while being that drainer, or while on the main thread outside
+        // dispatchMain, waits forever.
         found = needed
         return false
       }
@@ -79,6 +81,7 @@ extension Queue {
   /// This is the question libdispatch's `dispatch_assert_queue` asks,
   /// answered without trapping.
   public var isCurrent: Bool {
+    if flags & Queue.mainFlag != 0 && Queue.isOnMainQueue { return true }
     var frame = cgcd_frame_get()
     while let current = frame {
       var found = false
@@ -94,6 +97,10 @@ extension Queue {
 }
 
 extension Queue {
+  /// Whether the current work item runs on the main queue or on a queue
+  /// that targets it, however it was submitted (libdispatch's own record).
+  static var isOnMainQueue: Bool { dispatch_get_specific(cgcd_main_queue_key()) != nil }
+
   /// Whether the calling thread is the process's main thread (the thread
   /// whose id is the process id), the only thread that drains `Queue.main`
   /// in `dispatchMain()`.

@@ -152,8 +152,15 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   /// The serial queue bound to the main thread, drained by `dispatchMain()`.
   ///
   /// The corresponding C function is `dispatch_get_main_queue`.
-  public static let main = Queue(
-    unownedGlobal: dispatch_get_main_queue(), flags: globalFlag | mainFlag | frameExclusive)
+  public static let main: Queue = {
+    let main = Queue(unownedGlobal: dispatch_get_main_queue(), flags: globalFlag | mainFlag | frameExclusive)
+    // Marks the main queue so that work running on it (or on a queue that
+    // targets it) is recognised even when it was not submitted through this
+    // package: Swift's main actor, for one, runs main-queue work on worker
+    // threads after an async main parks the main thread in dispatch_main.
+    dispatch_queue_set_specific(main.raw, cgcd_main_queue_key(), main.raw.raw, nil)
+    return main
+  }()
 
   private static let globals: [Queue] = Priority.allCases.map {
     Queue(unownedGlobal: dispatch_get_global_queue($0.identifier, 0), flags: globalFlag)
@@ -179,7 +186,9 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   /// Whether the queue runs one work item at a time.
   public var kind: Kind { flags & frameExclusive != 0 ? .serial : .concurrent }
 
-  /// The quality-of-service class the queue was created with.
+  /// The quality-of-service class libdispatch assigned to the queue: the one
+  /// it was created with, except that libdispatch on Linux records
+  /// `.userInteractive` as `.userInitiated`.
   ///
   /// The corresponding C function is `dispatch_queue_get_qos_class`.
   public var qos: QoS {
@@ -318,10 +327,13 @@ extension Queue {
   }
 
   /// Submits a closure to run on the queue at a deadline (monotonic or wall clock).
+  /// With `Deadline.forever` the closure never runs and is released at once.
   ///
   /// The corresponding C function is `dispatch_after`.
   @inlinable
   public func after(deadline: Deadline, _ work: @escaping @Sendable () -> Void) {
+    // libdispatch ignores a FOREVER deadline; do not box (and so leak) the closure.
+    if deadline.isForever { return }
     dispatch_after_f(deadline.rawValue, raw, Work(work, queue: raw, flags: flags).retainedContext) {
       Work.run($0)
     }

@@ -78,6 +78,12 @@ static inline const void *cgcd_target_key(void) {
   return &cgcd_target_key_storage;
 }
 
+/// The key under which the library marks the main queue (value: the queue).
+static inline const void *cgcd_main_queue_key(void) {
+  extern const char cgcd_main_queue_key_storage;
+  return &cgcd_main_queue_key_storage;
+}
+
 /// True on the process's main thread (the thread whose id is the pid).
 int cgcd_is_main_thread(void);
 

@@ -1,0 +1,47 @@
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// The standard error of an exit test's child process, as text ("" when the
+/// exit test itself failed to run).
+func standardError(of result: ExitTest.Result?) -> String {
+  guard let result else { return "" }
+  return String(decoding: result.standardErrorContent, as: UTF8.self)
+}
+
+/// For exit-test bodies that expect the process to die while `event` is
+/// pending: waits for it, then ends the child with status 0 so that the
+/// parent's `.failure` expectation fails instead of the child hanging.
+@available(*, noasync, message: "blocks the thread")
+func exitIfSurvived(waitingFor event: Event) -> Never {
+  event.wait()
+  exit(0)
+}
+
+/// For exit-test bodies that expect the process to survive: ends the child
+/// with a failure status (and a message on standard error) unless `event`
+/// is signalled within the generous timeout.
+@available(*, noasync, message: "blocks the thread")
+func requireInChild(_ event: Event, _ message: String) {
+  if !event.wait() { failChild(message) }
+}
+
+/// `requireInChild` for a latch: every count must arrive in time.
+@available(*, noasync, message: "blocks the thread")
+func requireInChild(_ latch: Latch, _ message: String) {
+  if !latch.wait() { failChild(message) }
+}
+
+/// Ends an exit test's child process with status 3 and `message` on
+/// standard error.
+func failChild(_ message: String) -> Never {
+  do {
+    let text = Array("exit-test child: \(message)\n".utf8)
+    _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+  }
+  exit(3)
+}
