@@ -116,7 +116,7 @@ public final class ProcSource: Source, @unchecked Sendable {
     watcher.setTarget(core.raw)
   }
 
-  deinit { if getenv("PROCDBG") != nil { fputs("deinit\n", stderr) }; core.dispose() }
+  deinit { core.dispose() }
 
   /// The `ProcEvents` bits that fired, as a raw value (`.exit`).
   public var data: UInt { dispatch_source_get_data(core.raw) }
@@ -193,7 +193,6 @@ final class PidWatcher: @unchecked Sendable {
 
   /// Stops watching and closes the descriptor (the user source's cancel path).
   func stop() {
-    if getenv("PROCDBG") != nil { fputs("stop\n", stderr) }
     let close: Bool = state.withLock { state in
       switch state.phase {
       case .idle:
