@@ -36,8 +36,9 @@ struct ReadSourceTests {
       }
     }
     source.setCancelHandler {
-      close(fd)
-      cancelled.signal()
+      // The descriptor closed here, exactly once: close succeeds. (Checking it afterwards
+      // with fcntl would race with other tests reusing the number.)
+      if close(fd) == 0 { cancelled.signal() }
     }
     source.resume()
     whileReading()
@@ -57,7 +58,6 @@ struct ReadSourceTests {
     #expect(bytes.count == expected.count)
     #expect(firstDifference(bytes, expected) == nil)
     #expect(calls >= 1)
-    #expect(!isOpen(fd))
   }
 
   @Test("a read source reads everything written to a pipe until the writer closes it")
