@@ -7,6 +7,9 @@ EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
 .PHONY: all build test examples lint format docs clean
 
+SYMBOL_GRAPHS := .build/symbol-graphs
+DOCS_OUT := .build/documentation
+
 all: build
 
 ## build: debug build of the library, the tests and every example; warnings fail it
@@ -37,6 +40,15 @@ lint:
 ## format: rewrite every Swift file with swift-format
 format:
 	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests Examples
+
+## docs: the DocC reference (with the toolchain's docc) in .build/documentation; warnings fail it
+docs:
+	rm -rf $(SYMBOL_GRAPHS) && mkdir -p $(SYMBOL_GRAPHS)
+	$(SWIFT) build --target GCD -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc $(SYMBOL_GRAPHS)
+	docc convert Sources/GCD/GCD.docc --additional-symbol-graph-dir $(SYMBOL_GRAPHS) \
+	  --fallback-display-name GCD --fallback-bundle-identifier org.gcd.GCD \
+	  --transform-for-static-hosting --warnings-as-errors --output-path $(DOCS_OUT)
+	@echo "documentation: $(DOCS_OUT)/documentation/gcd/index.html"
 
 clean:
 	rm -rf .build
