@@ -22,6 +22,8 @@ let examples: [String] = [
   "ExampleRemoveSource",
   "ExampleDataAdd",
   "ExampleProgress",
+  "ExampleMonitorParent",
+  "ExampleMonitorRename",
 ]
 
 let package = Package(

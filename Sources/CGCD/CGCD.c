@@ -47,3 +47,64 @@ void cgcd_drain_main_queue_forever(void) {
     cgcd_main_queue_callback(NULL);
   }
 }
+
+// MARK: - sync and apply of Swift closures
+
+extern void cgcd_dispatch_sync_f(void *queue, void *context, void (*work)(void *)) __asm__("dispatch_sync_f");
+extern void cgcd_dispatch_barrier_sync_f(void *queue, void *context, void (*work)(void *))
+    __asm__("dispatch_barrier_sync_f");
+extern void cgcd_dispatch_apply_f(size_t iterations, void *queue, void *context, void (*work)(void *, size_t))
+    __asm__("dispatch_apply_f");
+
+struct cgcd_sync_context {
+  cgcd_frame_t frame;
+  cgcd_swift_closure_fn function;
+  void *context;
+};
+
+static void cgcd_sync_trampoline(void *argument) {
+  struct cgcd_sync_context *sync = argument;
+  cgcd_frame_t *saved = cgcd_current_frame;
+  cgcd_current_frame = &sync->frame;
+  sync->function(sync->context);
+  cgcd_current_frame = saved;
+}
+
+__attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_t barrier,
+                                          cgcd_swift_closure_fn function, void *context) {
+  struct cgcd_sync_context sync = {
+      .frame = {.queue = queue, .flags = flags, .prev = cgcd_current_frame},
+      .function = function,
+      .context = context,
+  };
+  if (barrier) {
+    cgcd_dispatch_barrier_sync_f(queue, &sync, cgcd_sync_trampoline);
+  } else {
+    cgcd_dispatch_sync_f(queue, &sync, cgcd_sync_trampoline);
+  }
+}
+
+struct cgcd_apply_context {
+  cgcd_frame_t frame;  // the caller's frame, linked as `prev` by each iteration
+  cgcd_swift_index_fn function;
+  void *context;
+};
+
+static void cgcd_apply_trampoline(void *argument, size_t index) {
+  struct cgcd_apply_context *apply = argument;
+  cgcd_frame_t frame = apply->frame;
+  cgcd_frame_t *saved = cgcd_current_frame;
+  cgcd_current_frame = &frame;
+  apply->function((intptr_t)index, apply->context);
+  cgcd_current_frame = saved;
+}
+
+__attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
+                                           cgcd_swift_index_fn function, void *context) {
+  struct cgcd_apply_context apply = {
+      .frame = {.queue = queue, .flags = flags, .prev = cgcd_current_frame},
+      .function = function,
+      .context = context,
+  };
+  cgcd_dispatch_apply_f(iterations, queue, &apply, cgcd_apply_trampoline);
+}

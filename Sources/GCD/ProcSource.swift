@@ -97,6 +97,7 @@ public final class ProcSource: Source, @unchecked Sendable {
         switch error {
         case ESRCH: "no process with this id (it never existed, or it exited and was reaped)"
         case ENOSYS: "pidfd_open(2) needs Linux 5.3 or later"
+        case EINVAL: "not a process id (a thread id that is not its process's main thread?)"
         default: nil
         }
       throw GCDError(operation: operation + ": pidfd_open", errno: error, detail: detail)
@@ -142,6 +143,11 @@ final class PidWatcher: @unchecked Sendable {
     case running(SourceRef)
     /// The descriptor is closed.
     case closed
+  }
+
+  /// A C source pointer held in `Sendable` state (libdispatch objects are thread-safe).
+  struct SourceRef: @unchecked Sendable {
+    let raw: OpaquePointer
   }
 
   struct State {
@@ -209,9 +215,4 @@ final class PidWatcher: @unchecked Sendable {
     }
     if close { Glibc.close(descriptor) }
   }
-}
-
-/// A C source pointer held in `Sendable` state (libdispatch objects are thread-safe).
-struct SourceRef: @unchecked Sendable {
-  let raw: OpaquePointer
 }

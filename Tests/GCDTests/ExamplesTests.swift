@@ -191,6 +191,20 @@ struct ExamplesTests {
     #expect(calls >= 1 && calls < 100, "\(calls) handler calls for 100 merges")
     run.expect("for 100 merges (coalesced: true)")
   }
+
+  @Test func monitorParent() async throws {
+    let run = try await ExampleRun("MonitorParent")
+    run.expect("watcher saw its parent exit: true")
+    run.expect("self-owned source released after cancel: true")
+  }
+
+  @Test func monitorRename() async throws {
+    let run = try await ExampleRun("MonitorRename")
+    run.expectOrder(
+      "event 1: [.rename]", "source.path now ends with first-rename.txt: true",
+      "event 2: [.rename]", "source.path now ends with second-rename.txt: true")
+    run.expect("rename events: 2")
+  }
 }
 
 /// One finished run of an example: its combined standard output and error, checked to have exited 0.

@@ -126,7 +126,10 @@ func signalDispositionChild() {
   sigaction(SIGUSR2, nil, &before)
   let source = try! SignalSource(signal: SIGUSR2, queue: .global())
   let registered = Event()
+  let delivered = Event()
   source.setRegistrationHandler { registered.signal() }
+  // Set before resume(): on an active source libdispatch installs a new handler asynchronously.
+  source.setEventHandler { delivered.signal() }
   source.resume()
   childRequire(registered.wait(), "the source was not registered")
   var after = sigaction()
@@ -138,8 +141,6 @@ func signalDispositionChild() {
   childRequire(
     handlerBefore != handlerAfter,
     "SIGUSR2 disposition stayed \(handlerBefore) (SIG_IGN); SignalSource documents that libdispatch replaces it")
-  let delivered = Event()
-  source.setEventHandler { delivered.signal() }
   kill(getpid(), SIGUSR2)
   childRequire(delivered.wait(), "the source did not observe SIGUSR2")
 }

@@ -66,10 +66,36 @@ typedef struct cgcd_frame {
   struct cgcd_frame *_Nullable prev;
 } cgcd_frame_t;
 
-extern _Thread_local cgcd_frame_t *_Nullable cgcd_current_frame;
+// initial-exec: a direct %fs-relative access instead of a __tls_get_addr call
+// on every sync (the package is linked into the program or loaded with it).
+extern _Thread_local cgcd_frame_t *_Nullable cgcd_current_frame __attribute__((tls_model("initial-exec")));
 
 static inline cgcd_frame_t *_Nullable cgcd_frame_get(void) { return cgcd_current_frame; }
 static inline void cgcd_frame_set(cgcd_frame_t *_Nullable frame) { cgcd_current_frame = frame; }
+
+// MARK: - sync without allocation
+
+/// A Swift closure `() -> Void` as C sees it: its invocation function, which
+/// takes the closure's context in the Swift context register.
+typedef void (*cgcd_swift_closure_fn)(void *_Nullable __attribute__((swift_context)) context)
+    __attribute__((swiftcall));
+
+/// A Swift closure `(Int) -> Void`, likewise.
+typedef void (*cgcd_swift_index_fn)(intptr_t index, void *_Nullable __attribute__((swift_context)) context)
+    __attribute__((swiftcall));
+
+/// `dispatch_sync_f` / `dispatch_barrier_sync_f` of a non-escaping Swift
+/// closure, given as its two words (function, context), inside a frame for
+/// `queue` linked to the caller's chain. Called from Swift through
+/// `@_silgen_name` (see Queue.swift), so Swift passes the closure exactly
+/// as it passes any closure argument; nothing is allocated.
+__attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_t barrier,
+                                          cgcd_swift_closure_fn function, void *_Nullable context);
+
+/// `dispatch_apply_f` of a non-escaping Swift `(Int) -> Void` closure, each
+/// iteration inside a frame for `queue` linked to the caller's chain.
+__attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
+                                           cgcd_swift_index_fn function, void *_Nullable context);
 
 /// The key under which the library records, on queues it re-targets, the
 /// target queue (its address, with bit 0 set when the target is serial).

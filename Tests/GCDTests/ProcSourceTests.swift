@@ -1,0 +1,447 @@
+import GCD
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// `ProcSource` on Linux: pidfd_open plus an internal read source, `.exit`
+/// delivered exactly once, the descriptor closed exactly once.
+@Suite
+struct ProcSourceTests {
+  @Test func childExitFiresOnceWithExitData() throws {
+    let child = try spawnProcess("/bin/sleep", ["30"])
+    defer { _ = reapProcess(child) }
+    let source = try ProcSource(pid: child, queue: Queue(label: "proc"))
+    #expect(source.pid == child)
+    #expect(source.handle == UInt(child))
+    #expect(source.mask == ProcEvents.exit.rawValue)
+    #expect(source.events == .exit)
+    let seen = Recorder<UInt>()
+    let fired = Event()
+    source.setEventHandler {
+      seen.append(source.data)
+      fired.signal()
+    }
+    source.resume()
+    #expect(!fired.wait(timeout: briefTimeout), "no event while the child runs")
+    kill(child, SIGKILL)
+    #expect(fired.wait())
+    #expect(!pollBriefly { seen.count > 1 }, "a pidfd stays readable: .exit must be delivered once")
+    #expect(seen.values == [ProcEvents.exit.rawValue])
+    source.cancel()
+  }
+
+  @Test func processThatExitedBeforeResumeFires() throws {
+    let child = try spawnProcess("/bin/true")
+    defer { _ = reapProcess(child) }
+    // Wait for the exit without reaping: the child stays a zombie.
+    var info = siginfo_t()
+    #expect(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) == 0)
+    let source = try ProcSource(pid: child, events: .exit, queue: Queue(label: "proc"))
+    let fired = Event()
+    let count = Counter()
+    source.setEventHandler {
+      count.increment()
+      fired.signal()
+    }
+    source.resume()
+    #expect(fired.wait())
+    #expect(!pollBriefly { count.current > 1 })
+    #expect(count.current == 1)
+  }
+
+  @Test func processReapedBetweenCreationAndResumeFires() throws {
+    let child = try spawnProcess("/bin/true")
+    let source = try ProcSource(pid: child, queue: Queue(label: "proc"))
+    #expect(reapProcess(child) == 0)
+    let fired = Event()
+    source.setEventHandler { fired.signal() }
+    source.resume()
+    #expect(fired.wait(), "the pidfd keeps the process observable after it is reaped")
+  }
+
+  @Test func fiveSourcesOnOneChildEachSeeOneExit() throws {
+    let child = try spawnProcess("/bin/sleep", ["30"])
+    defer { _ = reapProcess(child) }
+    let counts = (0..<5).map { _ in Counter() }
+    let all = Latch(count: 5)
+    let sources = try (0..<5).map { index in
+      let source = try ProcSource(pid: child, queue: Queue(label: "proc-\(index)"))
+      source.setEventHandler {
+        #expect(source.data == ProcEvents.exit.rawValue)
+        if counts[index].increment() == 1 { all.signal() }
+      }
+      source.resume()
+      return source
+    }
+    kill(child, SIGKILL)
+    #expect(all.wait())
+    #expect(!pollBriefly { counts.contains { $0.current > 1 } })
+    #expect(counts.map(\.current) == [1, 1, 1, 1, 1])
+    for source in sources { source.cancel() }
+  }
+
+  @Test func watchesAProcessThatIsNotItsChild() throws {
+    // sh starts a background sleep, prints its pid and exits: the sleep is
+    // re-parented (to init or a subreaper) and is not this process's child.
+    var output: [Int32] = [0, 0]
+    #expect(pipe(&output) == 0)
+    for end in output { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+    let shell = try spawnProcess("/bin/sh", ["-c", "/bin/sleep 30 >/dev/null & echo $!"], stdout: output[1])
+    close(output[1])
+    let text = readToEnd(output[0])
+    close(output[0])
+    _ = reapProcess(shell)
+    let grandchild = try #require(pid_t(text.trimmingCharacters(in: " \n")), "pid from sh: '\(text)'")
+    #expect(waitpid(grandchild, nil, WNOHANG) == -1 && errno == ECHILD, "not our child")
+    let source = try ProcSource(pid: grandchild, queue: Queue(label: "proc"))
+    let fired = Event()
+    source.setEventHandler { fired.signal() }
+    source.resume()
+    #expect(!fired.wait(timeout: briefTimeout))
+    kill(grandchild, SIGKILL)
+    #expect(fired.wait())
+  }
+
+  @Test func watchesItsParent() throws {
+    // The parent of the test process outlives the test: no event.
+    let source = try ProcSource(pid: getppid(), queue: Queue(label: "proc"))
+    let fired = Event()
+    source.setEventHandler { fired.signal() }
+    source.resume()
+    #expect(!fired.wait(timeout: briefTimeout))
+    source.cancel()
+  }
+
+  @Test func exitWhileSuspendedIsDeliveredOnceAfterResume() throws {
+    let child = try spawnProcess("/bin/sleep", ["30"])
+    defer { _ = reapProcess(child) }
+    let source = try ProcSource(pid: child, queue: Queue(label: "proc"))
+    let count = Counter()
+    let fired = Event()
+    source.setEventHandler {
+      count.increment()
+      fired.signal()
+    }
+    source.resume()
+    source.suspend()
+    kill(child, SIGKILL)
+    var info = siginfo_t()
+    #expect(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) == 0)
+    #expect(!fired.wait(timeout: briefTimeout), "suspended: nothing delivered")
+    source.resume()
+    #expect(fired.wait())
+    #expect(!pollBriefly { count.current > 1 })
+    #expect(count.current == 1)
+  }
+
+  @Test func cancelBeforeExitRunsCancelHandlerAndNoEvent() throws {
+    let child = try spawnProcess("/bin/sleep", ["30"])
+    defer { _ = reapProcess(child) }
+    let source = try ProcSource(pid: child, queue: Queue(label: "proc"))
+    let fired = Event()
+    let cancelled = Event()
+    source.setEventHandler { fired.signal() }
+    source.setCancelHandler { cancelled.signal() }
+    source.resume()
+    source.cancel()
+    #expect(cancelled.wait())
+    #expect(source.isCancelled)
+    kill(child, SIGKILL)
+    var info = siginfo_t()
+    #expect(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) == 0)
+    #expect(!fired.wait(timeout: briefTimeout))
+  }
+
+  @Test func selfOwnedSourceIsReleasedAfterItCancelsItself() throws {
+    // The listing's pattern: the handler holds the only reference, cancels
+    // the source, and the source goes away with its handlers.
+    let child = try spawnProcess("/bin/sleep", ["30"])
+    defer { _ = reapProcess(child) }
+    let flag = Event()
+    weak var weakSource: ProcSource?
+    do {
+      let source = try ProcSource(pid: child, queue: .global())
+      source.setEventHandler {
+        flag.signal()
+        source.cancel()
+      }
+      source.resume()
+      weakSource = source
+    }
+    #expect(weakSource != nil, "the handler keeps the source alive")
+    kill(child, SIGKILL)
+    #expect(flag.wait())
+    #expect(pollUntil { weakSource == nil }, "the source released itself")
+  }
+
+  @Test func missingProcessThrowsESRCH() throws {
+    let child = try spawnProcess("/bin/true")
+    #expect(reapProcess(child) == 0)
+    for pid in [child, Int32.max] {
+      let error = #expect(throws: GCDError.self) { try ProcSource(pid: pid, queue: .global()) }
+      #expect(error?.errno == ESRCH)
+      #expect(error?.description.contains("ProcSource(pid: \(pid)") == true)
+      #expect(error?.description.contains("ESRCH") == true)
+    }
+  }
+
+  @Test(arguments: [ProcEvents.fork, .exec, .signal, [.exit, .fork], [.exit, .exec, .signal]])
+  func eventsLinuxCannotDeliverThrowENOTSUP(events: ProcEvents) throws {
+    let error = #expect(throws: GCDError.self) {
+      try ProcSource(pid: getpid(), events: events, queue: .global())
+    }
+    #expect(error?.errno == ENOTSUP)
+    #expect(error?.description.contains("unsupported on Linux") == true)
+  }
+
+  @Test(arguments: [pid_t(0), -1, -100])
+  func invalidPidThrowsEINVAL(pid: pid_t) throws {
+    let error = #expect(throws: GCDError.self) { try ProcSource(pid: pid, queue: .global()) }
+    #expect(error?.errno == EINVAL)
+  }
+
+  @Test func unknownEventBitsThrowEINVAL() throws {
+    let error = #expect(throws: GCDError.self) {
+      try ProcSource(pid: getpid(), events: ProcEvents(rawValue: 0x1), queue: .global())
+    }
+    #expect(error?.errno == EINVAL)
+  }
+
+  @Test func rawValuesMatchTheCFlags() {
+    #expect(ProcEvents.exit.rawValue == 0x8000_0000)
+    #expect(ProcEvents.fork.rawValue == 0x4000_0000)
+    #expect(ProcEvents.exec.rawValue == 0x2000_0000)
+    #expect(ProcEvents.signal.rawValue == 0x0800_0000)
+    #expect(ProcEvents([.exit, .fork]).description == "[.exit, .fork]")
+  }
+
+  @Test func pidDescriptorIsCloseOnExec() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkPidDescriptorIsCloseOnExec()
+    }
+    let message = standardError(of: result)
+    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+  }
+
+  @Test func thousandSourcesInEveryStateLeakNoDescriptor() async {
+    // In a child process: no other test opens descriptors meanwhile.
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkThousandProcSourcesLeakNothing()
+    }
+    let message = standardError(of: result)
+    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+  }
+}
+
+// MARK: - Exit-test bodies
+
+private func checkPidDescriptorIsCloseOnExec() -> Never {
+  warmUpDispatch()
+  let pidfds = { openDescriptorTargets().filter { $0.value.contains("pidfd") } }
+  let before = pidfds()
+  guard let source = try? ProcSource(pid: getppid(), queue: .global()) else { endProcChild("ProcSource failed") }
+  let opened = pidfds().filter { before[$0.key] == nil }
+  guard opened.count == 1, let descriptor = opened.first?.key else {
+    endProcChild("expected one new pidfd, got \(opened)")
+  }
+  guard fcntl(descriptor, F_GETFD) & FD_CLOEXEC != 0 else { endProcChild("pidfd \(descriptor) lacks FD_CLOEXEC") }
+  source.resume()
+  source.cancel()
+  guard pollUntil({ pidfds().count == before.count }) else { endProcChild("pidfd not closed on cancel") }
+  // Never resumed, dropped: closed too.
+  guard (try? ProcSource(pid: getppid(), queue: .global())) != nil else { endProcChild("ProcSource failed") }
+  guard pollUntil({ pidfds().count == before.count }) else { endProcChild("pidfd not closed on drop") }
+  endProcChild("ok")
+}
+
+private func checkThousandProcSourcesLeakNothing() -> Never {
+  markEveryDescriptorCloseOnExec()
+  warmUpDispatch()
+  let running = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
+  let exited = (try? spawnProcess("/bin/true")) ?? -1
+  guard running > 0, exited > 0 else { endProcChild("spawn failed") }
+  var info = siginfo_t()
+  _ = waitid(P_PID, id_t(exited), &info, WEXITED | WNOWAIT)
+  let queue = Queue(label: "proc-many")
+  let baseline = openDescriptorCount()
+  createAndDropThousandProcSources(running: running, exited: exited, queue: queue, baseline: baseline)
+  guard pollUntil({ openDescriptorCount() == baseline }) else {
+    endProcChild("descriptors: \(baseline) before, \(openDescriptorCount()) after dropping 1,000 sources")
+  }
+  kill(running, SIGKILL)
+  _ = reapProcess(running)
+  _ = reapProcess(exited)
+  endProcChild("ok")
+}
+
+/// Creates 1,000 sources in five states and drops them all on return.
+private func createAndDropThousandProcSources(running: pid_t, exited: pid_t, queue: Queue, baseline: Int) {
+  let delivered = Latch(count: 200)
+  var sources: [ProcSource] = []
+  for index in 0..<1000 {
+    let pid = index % 5 == 4 ? exited : running
+    guard let source = try? ProcSource(pid: pid, queue: queue) else { endProcChild("create \(index)") }
+    switch index % 5 {
+    case 0: break  // never resumed
+    case 1: source.resume()  // running, dropped
+    case 2:  // cancelled before the exit
+      source.resume()
+      source.cancel()
+    case 3:  // suspended, dropped
+      source.resume()
+      source.suspend()
+    default:  // on an exited process: fires, then dropped
+      source.setEventHandler { delivered.signal() }
+      source.resume()
+    }
+    sources.append(source)
+  }
+  // One pidfd per source; those of the cancelled sources and of the exits
+  // already delivered may be closed by now.
+  guard openDescriptorCount() >= baseline + 600 else { endProcChild("expected one pidfd per source") }
+  requireInChild(delivered, "exit events on the exited process")
+}
+
+// MARK: - Helpers
+
+/// In an exit test's child: keeps the children it starts from inheriting
+/// the exit test's pipes (the parent would wait for them to close).
+private func markEveryDescriptorCloseOnExec() {
+  for descriptor in openDescriptorTargets().keys where descriptor > 2 {
+    _ = fcntl(descriptor, F_SETFD, fcntl(descriptor, F_GETFD) | FD_CLOEXEC)
+  }
+}
+
+/// Ends an exit test's child, reporting `message` on standard error, where
+/// the parent looks for "ok" (the status stays 0 so that the parent gets
+/// the message; a crash still fails the status check).
+private func endProcChild(_ message: String) -> Never {
+  let text = Array("ProcSourceTests child: \(message)\n".utf8)
+  _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+  exit(0)
+}
+
+/// Makes libdispatch open its own descriptors (epoll, eventfd) before a
+/// test counts descriptors: one read source, started, fired, cancelled.
+private func warmUpDispatch() {
+  var ends: [Int32] = [-1, -1]
+  guard pipe(&ends) == 0 else { endProcChild("pipe") }
+  _ = write(ends[1], "x", 1)
+  guard let source = try? ReadSource(fileDescriptor: ends[0], queue: .global()) else { endProcChild("ReadSource") }
+  let fired = Event()
+  let cancelled = Event()
+  source.setEventHandler {
+    fired.signal()
+    source.cancel()
+  }
+  source.setCancelHandler { cancelled.signal() }
+  source.resume()
+  requireInChild(fired, "warm-up read source")
+  requireInChild(cancelled, "warm-up cancel")
+  close(ends[0])
+  close(ends[1])
+}
+
+/// Starts `path` with `arguments`; standard output to `stdout` if given.
+private func spawnProcess(_ path: String, _ arguments: [String] = [], stdout: Int32? = nil) throws -> pid_t {
+  var actions = posix_spawn_file_actions_t()
+  posix_spawn_file_actions_init(&actions)
+  defer { posix_spawn_file_actions_destroy(&actions) }
+  // The child starts with no blocked signals and default dispositions,
+  // whatever the test runner's threads block or ignore.
+  var attributes = posix_spawnattr_t()
+  posix_spawnattr_init(&attributes)
+  defer { posix_spawnattr_destroy(&attributes) }
+  var signals = sigset_t()
+  sigemptyset(&signals)
+  posix_spawnattr_setsigmask(&attributes, &signals)
+  sigaddset(&signals, SIGTERM)
+  sigaddset(&signals, SIGINT)
+  sigaddset(&signals, SIGHUP)
+  posix_spawnattr_setsigdefault(&attributes, &signals)
+  posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
+  if let stdout {
+    posix_spawn_file_actions_adddup2(&actions, stdout, STDOUT_FILENO)
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0)
+  }
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0)
+  let argv = ([path] + arguments).map { strdup($0) } + [nil]
+  defer { argv.forEach { free($0) } }
+  var pid: pid_t = 0
+  let status = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+  guard status == 0 else { throw GCDError(operation: "posix_spawn(\(path))", errno: status) }
+  return pid
+}
+
+/// Reaps `pid`; returns its raw wait status (-1 if it was not ours to reap).
+@discardableResult
+private func reapProcess(_ pid: pid_t) -> Int32 {
+  var status: Int32 = 0
+  while waitpid(pid, &status, 0) < 0 {
+    if errno != EINTR { return -1 }
+  }
+  return status
+}
+
+private func readToEnd(_ descriptor: Int32) -> String {
+  var bytes: [UInt8] = []
+  var chunk = [UInt8](repeating: 0, count: 256)
+  while true {
+    let count = read(descriptor, &chunk, chunk.count)
+    if count < 0 && errno == EINTR { continue }
+    if count <= 0 { break }
+    bytes += chunk[0..<count]
+  }
+  return String(decoding: bytes, as: UTF8.self)
+}
+
+/// Polls `condition` until it holds or `timeout` passes; true if it held.
+@available(*, noasync, message: "blocks the thread")
+private func pollUntil(timeout: Duration = generousTimeout, _ condition: () -> Bool) -> Bool {
+  let deadline = ContinuousClock.now + timeout
+  while !condition() {
+    if ContinuousClock.now >= deadline { return false }
+    usleep(2_000)
+  }
+  return true
+}
+
+/// For something that must NOT happen: true if it happened within the brief timeout.
+@available(*, noasync, message: "blocks the thread")
+private func pollBriefly(_ condition: () -> Bool) -> Bool { pollUntil(timeout: briefTimeout, condition) }
+
+/// The number of open descriptors of this process.
+private func openDescriptorCount() -> Int { openDescriptorTargets().count }
+
+/// Every open descriptor of this process and what it refers to.
+private func openDescriptorTargets() -> [Int32: String] {
+  guard let directory = opendir("/proc/self/fd") else { return [:] }
+  defer { closedir(directory) }
+  let own = dirfd(directory)
+  var result: [Int32: String] = [:]
+  while let entry = readdir(directory) {
+    let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    guard let descriptor = Int32(name), descriptor != own else { continue }
+    var buffer = [CChar](repeating: 0, count: 4096)
+    let count = readlink("/proc/self/fd/\(name)", &buffer, buffer.count - 1)
+    result[descriptor] =
+      count >= 0 ? String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
+  }
+  return result
+}
+
+extension String {
+  fileprivate func trimmingCharacters(in set: String) -> String {
+    var text = Substring(self)
+    while let first = text.first, set.contains(first) { text.removeFirst() }
+    while let last = text.last, set.contains(last) { text.removeLast() }
+    return String(text)
+  }
+}
