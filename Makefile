@@ -5,10 +5,19 @@ SHELL := /bin/bash
 SWIFT ?= swift
 EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
-.PHONY: all build test examples lint format docs clean
+.PHONY: all build test examples lint format docs bench clean
 
 SYMBOL_GRAPHS := .build/symbol-graphs
 DOCS_OUT := .build/documentation
+
+# The benchmark's C variant (Benchmarks/c/bench_c.c) is built with the
+# toolchain's own clang, dispatch headers and libraries, found from `swift`
+# itself: <toolchain>/usr/bin/swift -> <toolchain>/usr.
+TOOLCHAIN_USR = $(shell dirname "$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")")
+BENCH_C_LIB ?= .build/bench/libbench_c.so
+BENCH_ARGS ?=
+# Extra `swift run` options for bench, e.g. SWIFTPM_FLAGS="--scratch-path /tmp/build"
+SWIFTPM_FLAGS ?=
 
 all: build
 
@@ -19,9 +28,23 @@ build:
 	  if grep -q "warning:" .build-log.txt; then echo "make build: warnings are errors here"; rm -f .build-log.txt; exit 1; fi; \
 	  rm -f .build-log.txt
 
-## test: the whole test suite (Swift Testing), examples included
-test: build
+## test: the whole test suite (Swift Testing), examples included, then one
+## --quick run of the benchmark (debug build) so that it cannot rot
+test: build $(BENCH_C_LIB)
 	$(SWIFT) test --skip-build
+	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
+	@echo "GCDBenchmarks --quick: ok"
+
+## bench: GCD vs C vs `import Dispatch` in release mode (docs/performance.md);
+## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--filter sync --svg docs/performance.svg"
+bench: $(BENCH_C_LIB)
+	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" $(SWIFT) run -c release $(SWIFTPM_FLAGS) GCDBenchmarks $(BENCH_ARGS)
+
+$(BENCH_C_LIB): Benchmarks/c/bench_c.c
+	@mkdir -p $(dir $@)
+	"$(TOOLCHAIN_USR)/bin/clang" -O2 -fblocks -shared -fPIC -Wall -Wextra -Werror \
+	  -I"$(TOOLCHAIN_USR)/lib/swift" $< -o $@ \
+	  -L"$(TOOLCHAIN_USR)/lib/swift/linux" -ldispatch -lBlocksRuntime -Wl,-rpath,"$(TOOLCHAIN_USR)/lib/swift/linux"
 
 ## examples: build and run every example, printing its name and its output
 examples:
@@ -35,11 +58,11 @@ examples:
 
 ## lint: swift-format in lint mode over every Swift file
 lint:
-	$(SWIFT) format lint --strict --recursive Package.swift Sources Tests Examples
+	$(SWIFT) format lint --strict --recursive Package.swift Sources Tests Examples Benchmarks
 
 ## format: rewrite every Swift file with swift-format
 format:
-	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests Examples
+	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests Examples Benchmarks
 
 ## docs: the DocC reference (with the toolchain's docc) in .build/documentation; warnings fail it
 docs:

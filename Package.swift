@@ -35,6 +35,9 @@ let package = Package(
     .target(name: "CGCD", linkerSettings: [.linkedLibrary("BlocksRuntime")]),
     .target(name: "GCD", dependencies: ["CGCD"]),
     .testTarget(name: "GCDTests", dependencies: ["GCD", "CGCD"]),
+    // `make bench`: GCD against libdispatch from C (Benchmarks/c, built by the
+    // Makefile) and against the toolchain's `Dispatch`. See docs/performance.md.
+    .executableTarget(name: "GCDBenchmarks", dependencies: ["GCD"], path: "Benchmarks/GCDBenchmarks"),
   ]
     + examples.map {
       .executableTarget(

@@ -85,16 +85,16 @@ __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_
 }
 
 struct cgcd_apply_context {
-  cgcd_frame_t frame;  // the caller's frame, linked as `prev` by each iteration
+  cgcd_frame_t frame;  // for `queue`, linked to the caller's chain; shared by every iteration
   cgcd_swift_index_fn function;
   void *context;
 };
 
 static void cgcd_apply_trampoline(void *argument, size_t index) {
   struct cgcd_apply_context *apply = argument;
-  cgcd_frame_t frame = apply->frame;
   cgcd_frame_t *saved = cgcd_current_frame;
-  cgcd_current_frame = &frame;
+  // Every iteration, on whatever thread, shares the one read-only frame.
+  cgcd_current_frame = &apply->frame;
   apply->function((intptr_t)index, apply->context);
   cgcd_current_frame = saved;
 }

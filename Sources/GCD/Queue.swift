@@ -121,7 +121,7 @@ public final class Queue: DispatchObject, @unchecked Sendable {
     if initiallyInactive {
       attr = dispatch_queue_attr_make_initially_inactive(attr)
     }
-    raw = dispatch_queue_create(label, attr)
+    raw = label.withCString { dispatch_queue_create($0, attr) }
     flags = (kind == .serial ? frameExclusive : 0) | (initiallyInactive ? Queue.createdInactiveFlag : 0)
     isActivated = Atomic(!initiallyInactive)
     if let target {
@@ -257,6 +257,25 @@ extension Queue {
   @inlinable
   public func sync<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
     try runAndWait(barrier: false, work)
+  }
+
+  /// Runs a closure that returns nothing on the queue and waits for it: the
+  /// same as the generic `sync`, without the result slot.
+  ///
+  /// The corresponding C function is `dispatch_sync`.
+  @inlinable
+  public func sync(_ work: () -> Void) {
+    checkReentrancy(barrier: false, operation: "sync")
+    cgcdSync(raw.raw, flags, 0, work)
+  }
+
+  /// Runs a closure that returns nothing as a barrier and waits for it.
+  ///
+  /// The corresponding C function is `dispatch_barrier_sync`.
+  @inlinable
+  public func syncBarrier(_ work: () -> Void) {
+    checkReentrancy(barrier: true, operation: "syncBarrier")
+    cgcdSync(raw.raw, frameExclusive, 1, work)
   }
 
   /// Runs a closure as a barrier on the queue and waits for it.

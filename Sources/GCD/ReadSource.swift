@@ -43,8 +43,8 @@ public final class ReadSource: Source, @unchecked Sendable {
 }
 
 /// Throws `EBADF` unless `descriptor` is an open descriptor.
-func checkDescriptor(_ descriptor: Int32, operation: String) throws(GCDError) {
+func checkDescriptor(_ descriptor: Int32, operation: @autoclosure () -> String) throws(GCDError) {
   guard descriptor >= 0, fcntl(descriptor, F_GETFD) != -1 else {
-    throw GCDError(operation: operation, errno: EBADF, detail: "not an open file descriptor")
+    throw GCDError(operation: operation(), errno: EBADF, detail: "not an open file descriptor")
   }
 }

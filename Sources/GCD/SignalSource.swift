@@ -31,14 +31,28 @@ import CGCD
 public final class SignalSource: Source, @unchecked Sendable {
   public let core: SourceCore
 
-  static let unobservable: [Int32: String] = [
-    SIGKILL: "SIGKILL cannot be caught or observed",
-    SIGSTOP: "SIGSTOP cannot be caught or observed",
-    SIGSEGV: "SIGSEGV means the process is broken; it cannot be observed from a queue",
-    SIGBUS: "SIGBUS means the process is broken; it cannot be observed from a queue",
-    SIGILL: "SIGILL means the process is broken; it cannot be observed from a queue",
-    SIGFPE: "SIGFPE means the process is broken; it cannot be observed from a queue",
-  ]
+  /// Why `signal` cannot be observed, or nil if it can (no string is built then).
+  static func rejection(of signal: Int32) -> String? {
+    switch signal {
+    case SIGKILL, SIGSTOP: "\(signalName(signal)) cannot be caught or observed"
+    case SIGSEGV, SIGBUS, SIGILL, SIGFPE:
+      "\(signalName(signal)) means the process is broken; it cannot be observed from a queue"
+    case 1..<65: nil
+    default: "not a signal number (1...64)"
+    }
+  }
+
+  static func signalName(_ signal: Int32) -> String {
+    switch signal {
+    case SIGKILL: "SIGKILL"
+    case SIGSTOP: "SIGSTOP"
+    case SIGSEGV: "SIGSEGV"
+    case SIGBUS: "SIGBUS"
+    case SIGILL: "SIGILL"
+    case SIGFPE: "SIGFPE"
+    default: "signal \(signal)"
+    }
+  }
 
   /// Creates a source that observes `signal`, with handlers on `queue`.
   ///
@@ -47,12 +61,8 @@ public final class SignalSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(signal: Int32, queue: Queue) throws(GCDError) {
-    let operation = "SignalSource(signal: \(signal))"
-    if let reason = SignalSource.unobservable[signal] {
-      throw GCDError(operation: operation, errno: EINVAL, detail: reason)
-    }
-    guard signal > 0, signal < 65 else {
-      throw GCDError(operation: operation, errno: EINVAL, detail: "not a signal number (1...64)")
+    if let reason = SignalSource.rejection(of: signal) {
+      throw GCDError(operation: "SignalSource(signal: \(signal))", errno: EINVAL, detail: reason)
     }
     core = try SourceCore(type: cgcd_source_type_signal(), handle: UInt(signal), mask: 0, queue: queue)
   }

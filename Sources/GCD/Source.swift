@@ -123,7 +123,7 @@ extension Source {
   /// naming the source (libdispatch traps with none).
   ///
   /// The corresponding C functions are `dispatch_activate` (first start) and `dispatch_resume`.
-  public func resume() { core.resume(name: String(describing: Self.self)) }
+  public func resume() { core.resume(type: Self.self) }
 
   /// Suspends event delivery; events that arrive meanwhile are merged and
   /// delivered once after the matching `resume()`.
@@ -237,7 +237,9 @@ public final class SourceCore: @unchecked Sendable {
     dispatch_source_set_cancel_handler(raw, block(run))
   }
 
-  func resume(name: String) {
+  /// `type` names the source in the message of an unbalanced resume; it is
+  /// formatted only then.
+  func resume(type: Any.Type) {
     enum Action { case resume, activate }
     let action: Action? = state.withLock { state in
       if state.suspensions > 0 {
@@ -255,7 +257,7 @@ public final class SourceCore: @unchecked Sendable {
     case .activate:
       onActivate?()
       dispatch_activate(raw.object)
-    case nil: fatalError("GCD: \(name).resume() without a matching suspend() (the source is already running)")
+    case nil: fatalError("GCD: \(type).resume() without a matching suspend() (the source is already running)")
     }
   }
 

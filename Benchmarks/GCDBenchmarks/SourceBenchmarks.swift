@@ -1,0 +1,349 @@
+import Dispatch
+import GCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// Dispatch sources: merge throughput, the life cycle of each source type,
+// timer lateness and merge → handler latency.
+
+/// What the source benchmarks need from the process: a pipe, a file to
+/// watch, and a harmless signal.
+final class SourceFixtures: @unchecked Sendable {
+  let readEnd: Int32
+  let writeEnd: Int32
+  let watchedPath: String
+  let signal = SIGUSR2
+
+  init() {
+    var ends: [Int32] = [0, 0]
+    check(pipe(&ends) == 0, "pipe")
+    readEnd = ends[0]
+    writeEnd = ends[1]
+    var template = Array("/tmp/gcd-bench-XXXXXX".utf8CString)
+    let descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+    check(descriptor >= 0, "mkstemp")
+    close(descriptor)
+    watchedPath = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    // Harmless until libdispatch installs its own handler for the signal sources.
+    _ = Glibc.signal(SIGUSR2, SIG_IGN)
+  }
+
+  deinit {
+    close(readEnd)
+    close(writeEnd)
+    unlink(watchedPath)
+  }
+}
+
+func sourceBenchmarks(_ c: CLibrary?, fixtures: SourceFixtures) -> [Benchmark] {
+  let onlyGCD = Runner.unavailable("n/a (no such source on Linux)")
+  let latencyExtras: [(key: String, label: String, scale: Double)] = [
+    (key: "mean", label: "mean µs", scale: 0.001), (key: "p99", label: "p99 µs", scale: 0.001),
+  ]
+  func cycle<S: Source>(_ kind: String, _ gcd: @escaping (Queue) throws -> S, _ dispatch: Runner) -> Benchmark {
+    Benchmark(
+      name: "source_\(kind)", title: "\(kind) source: create + resume + cancel + release",
+      count: 20_000,
+      runners: [.c: c.runner("source_\(kind)"), .gcd: .run { gcdSourceCycle($0, gcd) }, .dispatch: dispatch])
+  }
+  return [
+    Benchmark(
+      name: "merge", title: "merge(1) into a DATA_ADD source until handled",
+      count: 3_000_000,
+      runners: [.c: c.runner("merge"), .gcd: .run(gcdMerge), .dispatch: .run(dispatchMerge)]),
+    cycle(
+      "timer", { TimerSource(queue: $0) },
+      .run { dispatchSourceCycle($0) { DispatchSource.makeTimerSource(queue: $0) } }),
+    cycle(
+      "read", { try ReadSource(fileDescriptor: fixtures.readEnd, queue: $0) },
+      .run { dispatchSourceCycle($0) { DispatchSource.makeReadSource(fileDescriptor: fixtures.readEnd, queue: $0) } }),
+    cycle(
+      "write", { try WriteSource(fileDescriptor: fixtures.writeEnd, queue: $0) },
+      .run {
+        dispatchSourceCycle($0) { DispatchSource.makeWriteSource(fileDescriptor: fixtures.writeEnd, queue: $0) }
+      }),
+    cycle(
+      "signal", { try SignalSource(signal: fixtures.signal, queue: $0) },
+      .run { dispatchSourceCycle($0) { DispatchSource.makeSignalSource(signal: fixtures.signal, queue: $0) } }),
+    cycle(
+      "data_add", { DataAddSource(queue: $0) },
+      .run { dispatchSourceCycle($0) { DispatchSource.makeUserDataAddSource(queue: $0) } }),
+    cycle(
+      "data_or", { DataOrSource(queue: $0) },
+      .run { dispatchSourceCycle($0) { DispatchSource.makeUserDataOrSource(queue: $0) } }),
+    cycle(
+      "data_replace", { DataReplaceSource(queue: $0) },
+      .run { dispatchSourceCycle($0) { DispatchSource.makeUserDataReplaceSource(queue: $0) } }),
+    Benchmark(
+      name: "source_proc", title: "proc source (pidfd): create + resume + cancel + release, descriptors closed",
+      count: 5_000,
+      runners: [
+        .c: onlyGCD,
+        .gcd: .run { gcdSourceCycle($0, closingDescriptors: true) { try ProcSource(pid: getpid(), queue: $0) } },
+        .dispatch: onlyGCD,
+      ]),
+    Benchmark(
+      name: "source_filesystem",
+      title: "file-system source (inotify): create + resume + cancel + release, descriptors closed",
+      count: 3_000,
+      runners: [
+        .c: onlyGCD,
+        .gcd: .run {
+          gcdSourceCycle($0, closingDescriptors: true) {
+            try FileSystemSource(path: fixtures.watchedPath, events: .write, queue: $0)
+          }
+        },
+        .dispatch: onlyGCD,
+      ]),
+    Benchmark(
+      name: "timer_lateness", title: "10 ms repeating timer, lateness per fire (median)", unit: "ns late",
+      count: 30, quickCount: 2, repeats: 3, shownExtras: latencyExtras,
+      runners: [
+        .c: c.runner("timer_lateness", extraKeys: ["mean", "p99", "max"]), .gcd: .run(gcdTimerLateness),
+        .dispatch: .run(dispatchTimerLateness),
+      ]),
+    Benchmark(
+      name: "event_latency", title: "merge → handler latency, one event at a time (median)", unit: "ns",
+      count: 2_000, quickCount: 3, repeats: 5, shownExtras: latencyExtras,
+      runners: [
+        .c: c.runner("event_latency", extraKeys: ["mean", "p99", "max"]), .gcd: .run(gcdEventLatency),
+        .dispatch: .run(dispatchEventLatency),
+      ]),
+  ]
+}
+
+// MARK: - merge
+
+@inline(never)
+func gcdMerge(_ count: Int) -> Sample {
+  let queue = Queue(label: "bench.merge")
+  let source = DataAddSource(queue: queue)
+  let done = try! Semaphore(value: 0)
+  let sum = Counter()
+  source.setEventHandler {
+    sum.value += Int(source.data)
+    if sum.value == count { done.signal() }
+  }
+  source.resume()
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    source.merge(1)
+  }
+  if count > 0 { done.wait() }
+  let end = monotonicNanos()
+  source.cancel()
+  queue.sync {}
+  return Sample(start: start, end: end, count: count)
+}
+
+@inline(never)
+func dispatchMerge(_ count: Int) -> Sample {
+  let queue = DispatchQueue(label: "bench.merge")
+  let source = DispatchSource.makeUserDataAddSource(queue: queue)
+  let done = DispatchSemaphore(value: 0)
+  let sum = Counter()
+  source.setEventHandler {
+    sum.value += Int(source.data)
+    if sum.value == count { done.signal() }
+  }
+  source.resume()
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    source.add(data: 1)
+  }
+  if count > 0 { done.wait() }
+  let end = monotonicNanos()
+  source.cancel()
+  queue.sync {}
+  return Sample(start: start, end: end, count: count)
+}
+
+// MARK: - Life cycle
+
+/// With `closingDescriptors` (proc and file-system sources, which own a
+/// descriptor that their cancel path closes on libdispatch's threads),
+/// every 100 sources and at the end the loop waits until the process has
+/// about as many open descriptors as before (a few may stay: the inotify
+/// instance, libdispatch's own): a tight loop would otherwise run ahead of
+/// the closes and reach the descriptor limit.
+@inline(never)
+func gcdSourceCycle<S: Source>(_ count: Int, closingDescriptors: Bool = false, _ make: (Queue) throws -> S)
+  -> Sample
+{
+  let queue = Queue(label: "bench.source")
+  let descriptors = closingDescriptors ? openDescriptorCount() : 0
+  let start = monotonicNanos()
+  for index in 0..<count {
+    let source = try! make(queue)
+    source.resume()
+    source.cancel()
+    if closingDescriptors && (index % 100 == 99 || index == count - 1) {
+      waitForDescriptors(atMost: descriptors + 8)
+    }
+  }
+  queue.sync {}
+  return Sample(start: start, end: monotonicNanos(), count: count)
+}
+
+/// The number of open descriptors of this process.
+func openDescriptorCount() -> Int {
+  guard let directory = opendir("/proc/self/fd") else { return 0 }
+  defer { closedir(directory) }
+  var count = 0
+  while readdir(directory) != nil { count += 1 }
+  return count
+}
+
+/// Waits (at most 10 s) until at most `limit` descriptors are open.
+func waitForDescriptors(atMost limit: Int) {
+  var polls = 0
+  while openDescriptorCount() > limit && polls < 200_000 {
+    usleep(50)
+    polls += 1
+  }
+}
+
+@inline(never)
+func dispatchSourceCycle(_ count: Int, _ make: (DispatchQueue) -> any DispatchSourceProtocol) -> Sample {
+  let queue = DispatchQueue(label: "bench.source")
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    let source = make(queue)
+    source.resume()
+    source.cancel()
+  }
+  queue.sync {}
+  return Sample(start: start, end: monotonicNanos(), count: count)
+}
+
+// MARK: - Timer lateness
+
+/// What a timer handler records; touched only on the timer's serial queue
+/// until the semaphore hands it back.
+final class TimerRecord: @unchecked Sendable {
+  var fired: [Int64]
+  var ordinal: [UInt]
+  var total: UInt = 0
+  let wanted: Int
+
+  init(wanted: Int) {
+    self.wanted = wanted
+    fired = []
+    ordinal = []
+    fired.reserveCapacity(wanted)
+    ordinal.reserveCapacity(wanted)
+  }
+
+  /// Records one handler run standing for `fires` merged fires; true when done.
+  func record(fires: UInt) -> Bool {
+    guard fired.count < wanted else { return false }
+    fired.append(monotonicNanos())
+    total += fires
+    ordinal.append(total)
+    return fired.count == wanted
+  }
+
+  /// The lateness of each run against `start + k * interval`.
+  func lateness(start: Int64, interval: Int64) -> Sample {
+    Statistics.latencySample(zip(fired, ordinal).map { $0 - (start + Int64($1) * interval) })
+  }
+}
+
+let timerInterval: Int64 = 10_000_000
+
+@inline(never)
+func gcdTimerLateness(_ count: Int) -> Sample {
+  let queue = Queue(label: "bench.timer")
+  let timer = TimerSource(queue: queue)
+  let record = TimerRecord(wanted: count)
+  let done = try! Semaphore(value: 0)
+  timer.setEventHandler {
+    if record.record(fires: timer.data) { done.signal() }
+  }
+  let start = monotonicNanos()
+  timer.schedule(start: .now + .nanoseconds(timerInterval), interval: .nanoseconds(timerInterval), leeway: .zero)
+  timer.resume()
+  if count > 0 { done.wait() }
+  timer.cancel()
+  queue.sync {}
+  return record.lateness(start: start, interval: timerInterval)
+}
+
+@inline(never)
+func dispatchTimerLateness(_ count: Int) -> Sample {
+  let queue = DispatchQueue(label: "bench.timer")
+  let timer = DispatchSource.makeTimerSource(queue: queue)
+  let record = TimerRecord(wanted: count)
+  let done = DispatchSemaphore(value: 0)
+  timer.setEventHandler {
+    if record.record(fires: timer.data) { done.signal() }
+  }
+  let start = monotonicNanos()
+  timer.schedule(
+    deadline: .now() + .nanoseconds(Int(timerInterval)), repeating: .nanoseconds(Int(timerInterval)),
+    leeway: .nanoseconds(0))
+  timer.resume()
+  if count > 0 { done.wait() }
+  timer.cancel()
+  queue.sync {}
+  return record.lateness(start: start, interval: timerInterval)
+}
+
+// MARK: - Event latency
+
+/// Merge times and latencies of one event at a time: the merging thread
+/// writes `mergedAt` before it merges, the handler reads it after.
+final class LatencyRecord: @unchecked Sendable {
+  var mergedAt: Int64 = 0
+  var latencies: [Int64] = []
+
+  init(capacity: Int) { latencies.reserveCapacity(capacity) }
+
+  func handled() { latencies.append(monotonicNanos() - mergedAt) }
+}
+
+@inline(never)
+func gcdEventLatency(_ count: Int) -> Sample {
+  let queue = Queue(label: "bench.latency")
+  let source = DataAddSource(queue: queue)
+  let record = LatencyRecord(capacity: count)
+  let handled = try! Semaphore(value: 0)
+  source.setEventHandler {
+    record.handled()
+    handled.signal()
+  }
+  source.resume()
+  for _ in 0..<count {
+    record.mergedAt = monotonicNanos()
+    source.merge(1)
+    handled.wait()
+  }
+  source.cancel()
+  queue.sync {}
+  return Statistics.latencySample(record.latencies)
+}
+
+@inline(never)
+func dispatchEventLatency(_ count: Int) -> Sample {
+  let queue = DispatchQueue(label: "bench.latency")
+  let source = DispatchSource.makeUserDataAddSource(queue: queue)
+  let record = LatencyRecord(capacity: count)
+  let handled = DispatchSemaphore(value: 0)
+  source.setEventHandler {
+    record.handled()
+    handled.signal()
+  }
+  source.resume()
+  for _ in 0..<count {
+    record.mergedAt = monotonicNanos()
+    source.add(data: 1)
+    handled.wait()
+  }
+  source.cancel()
+  queue.sync {}
+  return Statistics.latencySample(record.latencies)
+}

@@ -1,0 +1,180 @@
+import Dispatch
+import GCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// GCDBenchmarks: every operation in three variants — C (libdispatch from
+// plain C, the floor), GCD (this package) and Dispatch (the toolchain's
+// overlay) — interleaved in one process. `make bench` builds the C part and
+// runs this in release mode. See docs/performance.md.
+
+let usage = """
+  usage: GCDBenchmarks [options]
+    --filter SUBSTRING   only the operations (and memory rows) whose name contains SUBSTRING
+    --only NAME          only the operation (or memory row) named NAME
+    --quick              every operation once with a tiny count, for CI (exits 0; numbers mean nothing)
+    --repeats N          timed runs per variant (default 7)
+    --count N            operations per timed run, for every operation (default: each its own)
+    --variant NAME       only this variant (C, GCD or Dispatch); may be repeated
+    --json               JSON on standard output instead of the table and the op= lines
+    --svg FILE           also write a bar chart of the ratios to FILE
+    --no-memory          skip the memory measurements
+    --c-lib PATH         the C library (default: $GCD_BENCH_C_LIB, else \(CLibrary.defaultPath))
+    --list               list the operations and exit
+
+  """
+
+struct Options {
+  var filter: String?
+  var only: String?
+  var quick = false
+  var repeats = 7
+  var count: Int?
+  var variants: [Variant] = []
+  var json = false
+  var svgPath: String?
+  var memory = true
+  var libraryPath: String?
+  var list = false
+  /// Internal: run one peak-RSS workload and print the peak RSS before and after.
+  var rssChild: (RSSWorkload, Variant, Int)?
+}
+
+func parseOptions(_ arguments: [String]) -> Options {
+  var options = Options()
+  var remaining = arguments[...]
+  func value(_ flag: String) -> String {
+    guard let value = remaining.popFirst() else { fail("\(flag) needs a value") }
+    return value
+  }
+  func fail(_ message: String) -> Never {
+    note("GCDBenchmarks: \(message)\n\n\(usage)")
+    exit(2)
+  }
+  while let argument = remaining.popFirst() {
+    switch argument {
+    case "--filter": options.filter = value(argument)
+    case "--only": options.only = value(argument)
+    case "--quick": options.quick = true
+    case "--repeats":
+      guard let repeats = Int(value(argument)), repeats > 0 else { fail("--repeats needs a positive number") }
+      options.repeats = repeats
+    case "--count":
+      guard let count = Int(value(argument)), count > 0 else { fail("--count needs a positive number") }
+      options.count = count
+    case "--variant":
+      let name = value(argument)
+      guard let variant = Variant.allCases.first(where: { $0.rawValue.lowercased() == name.lowercased() }) else {
+        fail("unknown variant \(name)")
+      }
+      options.variants.append(variant)
+    case "--json": options.json = true
+    case "--svg": options.svgPath = value(argument)
+    case "--no-memory": options.memory = false
+    case "--c-lib": options.libraryPath = value(argument)
+    case "--list": options.list = true
+    case "--rss-child":
+      guard let workload = RSSWorkload(rawValue: value(argument)),
+        let variant = Variant(rawValue: value(argument)), let count = Int(value(argument))
+      else { fail("bad --rss-child arguments") }
+      options.rssChild = (workload, variant, count)
+    case "--help", "-h":
+      print(usage, terminator: "")
+      exit(0)
+    default: fail("unknown argument \(argument)")
+    }
+  }
+  if options.variants.isEmpty { options.variants = Variant.allCases }
+  return options
+}
+
+let options = parseOptions(Array(CommandLine.arguments.dropFirst()))
+
+// The C library: --c-lib, else $GCD_BENCH_C_LIB (set by `make bench`), else the default path.
+let libraryPath =
+  options.libraryPath ?? getenv("GCD_BENCH_C_LIB").map { String(cString: $0) } ?? CLibrary.defaultPath
+let library = CLibrary(path: libraryPath)
+let fixtures = SourceFixtures()
+let factory = ObjectFactory(
+  library: library, fixtures: fixtures, queue: Queue(label: "bench.memory"),
+  dispatchQueue: DispatchQueue(label: "bench.memory"))
+
+if let (workload, variant, count) = options.rssChild {
+  // Child side of the peak-RSS measurement.
+  if let (before, after) = runRSSWorkload(workload, variant: variant, count: count, factory: factory) {
+    print("before_kib=\(before) after_kib=\(after)")
+  } else {
+    print("status=n/a")
+  }
+  exit(0)
+}
+
+if library == nil && options.variants.contains(.c) {
+  note("GCDBenchmarks: no C library at \(libraryPath): the C column says \"\(CLibrary.missing)\"")
+}
+
+let benchmarks =
+  queueBenchmarks(library) + synchronizationBenchmarks(library) + applyBenchmarks(library, quick: options.quick)
+  + sourceBenchmarks(library, fixtures: fixtures)
+func selected(_ name: String) -> Bool {
+  (options.filter.map { name.contains($0) } ?? true) && (options.only.map { name == $0 } ?? true)
+}
+
+if options.list {
+  for benchmark in benchmarks { print("\(benchmark.name)  \(benchmark.title)") }
+  for kind in ObjectKind.allCases { print("mem_\(kind.name)  heap bytes per live \(kind.name)") }
+  for workload in RSSWorkload.allCases { print("rss_\(workload.rawValue)  peak RSS: \(workload.title)") }
+  exit(0)
+}
+
+var results: [BenchmarkResult] = []
+for benchmark in benchmarks where selected(benchmark.name) {
+  note("running \(benchmark.name)")
+  results.append(
+    measure(
+      benchmark, variants: options.variants, repeats: options.repeats, quick: options.quick,
+      countOverride: options.count))
+}
+
+let objectCount = options.quick ? 10 : 2_000
+var objects: [ObjectMemory] = []
+var peaks: [RSSResult] = []
+if options.memory {
+  let kinds = ObjectKind.allCases.filter { selected("mem_" + $0.name) }
+  if !kinds.isEmpty {
+    note("measuring heap bytes per object")
+    objects = measureObjects(factory, kinds: kinds, variants: options.variants, count: objectCount)
+  }
+  let workloads = RSSWorkload.allCases.filter { selected("rss_" + $0.rawValue) }
+  if !workloads.isEmpty {
+    note("measuring peak RSS in child processes")
+    peaks = measureRSS(
+      workloads: workloads, variants: options.variants, quick: options.quick,
+      libraryPath: library?.path)
+  }
+}
+
+let report = Report(
+  machine: .current(), repeats: options.repeats, quick: options.quick, results: results, objects: objects,
+  objectCount: objectCount,
+  objectsMissing: options.memory && library == nil ? "needs the C library, " + CLibrary.missing : nil, rss: peaks)
+if options.json {
+  print(report.json, terminator: "")
+} else {
+  print(report.table)
+  print(report.lines, terminator: "")
+}
+if let svgPath = options.svgPath {
+  guard let file = fopen(svgPath, "w") else {
+    note("GCDBenchmarks: cannot write \(svgPath)")
+    exit(1)
+  }
+  fputs(report.svg, file)
+  fclose(file)
+  note("wrote \(svgPath)")
+}
+exit(0)

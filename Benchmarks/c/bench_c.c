@@ -1,0 +1,470 @@
+// The C floor of the GCD benchmark: the same libdispatch calls as the Swift
+// variants, in plain C with blocks, built by `make bench` into a shared
+// library that GCDBenchmarks loads with dlopen (a SwiftPM C target cannot
+// include <dispatch/dispatch.h> or use -fblocks without unsafeFlags).
+//
+// Every timed function has the signature `double f(int64_t n, double *extra)`:
+// it sets up outside the timed region, times `n` operations with
+// CLOCK_MONOTONIC and returns nanoseconds per operation; `extra` (4 slots)
+// carries inputs and secondary results where a function says so.
+
+#define _GNU_SOURCE
+#include <dispatch/dispatch.h>
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double per_op(int64_t start, int64_t end, int64_t n) { return (double)(end - start) / (double)(n > 0 ? n : 1); }
+
+static void check(int ok, const char *what) {
+  if (!ok) {
+    fprintf(stderr, "bench_c: check failed: %s\n", what);
+    abort();
+  }
+}
+
+static void increment(void *context) { (*(long *)context)++; }
+
+// MARK: - Queues
+
+/// dispatch_async of a block that captures a value (so dispatch_async must
+/// heap-copy it, as real C code pays), onto a serial queue, then a drain.
+EXPORT double bench_c_async(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.async", NULL);
+  long count = 0;
+  long *counter = &count;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_async(queue, ^{
+      (*counter)++;
+    });
+  }
+  dispatch_sync(queue, ^{
+  });
+  int64_t end = now_ns();
+  check(count == n, "async count");
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_async_f of a function and a context pointer.
+EXPORT double bench_c_async_f(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.async_f", NULL);
+  long count = 0;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_async_f(queue, &count, increment);
+  }
+  dispatch_sync(queue, ^{
+  });
+  int64_t end = now_ns();
+  check(count == n, "async_f count");
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_sync with a stack block that captures a value (never copied).
+EXPORT double bench_c_sync(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.sync", NULL);
+  long count = 0;
+  long *counter = &count;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_sync(queue, ^{
+      (*counter)++;
+    });
+  }
+  int64_t end = now_ns();
+  check(count == n, "sync count");
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_sync_f of a function and a context pointer.
+EXPORT double bench_c_sync_f(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.sync_f", NULL);
+  long count = 0;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_sync_f(queue, &count, increment);
+  }
+  int64_t end = now_ns();
+  check(count == n, "sync_f count");
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_queue_create (serial, literal label) + dispatch_release.
+EXPORT double bench_c_queue_create(int64_t n, double *extra) {
+  (void)extra;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_release(dispatch_queue_create("bench.queue", NULL));
+  }
+  return per_op(start, now_ns(), n);
+}
+
+// MARK: - Semaphores and groups
+
+/// dispatch_semaphore_signal + dispatch_semaphore_wait, uncontended.
+EXPORT double bench_c_semaphore(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_semaphore_t semaphore = dispatch_semaphore_create(0);
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_semaphore_signal(semaphore);
+    dispatch_semaphore_wait(semaphore, DISPATCH_TIME_FOREVER);
+  }
+  int64_t end = now_ns();
+  dispatch_release(semaphore);
+  return per_op(start, end, n);
+}
+
+/// dispatch_group_enter + dispatch_group_leave.
+EXPORT double bench_c_group_enter_leave(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_group_t group = dispatch_group_create();
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_group_enter(group);
+    dispatch_group_leave(group);
+  }
+  int64_t end = now_ns();
+  dispatch_release(group);
+  return per_op(start, end, n);
+}
+
+/// dispatch_group_async of a capturing block onto the default global queue
+/// `n` times, then dispatch_group_wait.
+EXPORT double bench_c_group_async(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_group_t group = dispatch_group_create();
+  dispatch_queue_t global = dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_DEFAULT, 0);
+  long count = 0;
+  long *counter = &count;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_group_async(group, global, ^{
+      __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+    });
+  }
+  dispatch_group_wait(group, DISPATCH_TIME_FOREVER);
+  int64_t end = now_ns();
+  check(__atomic_load_n(&count, __ATOMIC_RELAXED) == n, "group_async count");
+  dispatch_release(group);
+  return per_op(start, end, n);
+}
+
+// MARK: - Sources
+
+/// dispatch_source_merge_data(1) into a DATA_ADD source `n` times, until the
+/// handler (on a serial queue) has seen all of it.
+EXPORT double bench_c_merge(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.merge", NULL);
+  dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_ADD, 0, 0, queue);
+  dispatch_semaphore_t done = dispatch_semaphore_create(0);
+  long total = 0;
+  long *sum = &total;
+  dispatch_source_set_event_handler(source, ^{
+    *sum += (long)dispatch_source_get_data(source);
+    if (*sum == n) dispatch_semaphore_signal(done);
+  });
+  dispatch_activate(source);
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_source_merge_data(source, 1);
+  }
+  if (n > 0) dispatch_semaphore_wait(done, DISPATCH_TIME_FOREVER);
+  int64_t end = now_ns();
+  dispatch_source_cancel(source);
+  dispatch_release(source);
+  dispatch_sync(queue, ^{
+  });
+  dispatch_release(done);
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_source_create + dispatch_resume + dispatch_source_cancel +
+/// dispatch_release of a source of `type` on `handle`, `n` times, then a
+/// drain of the target queue.
+static double source_cycle(dispatch_source_type_t type, uintptr_t handle, int64_t n) {
+  dispatch_queue_t queue = dispatch_queue_create("bench.source", NULL);
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_source_t source = dispatch_source_create(type, handle, 0, queue);
+    dispatch_resume(source);
+    dispatch_source_cancel(source);
+    dispatch_release(source);
+  }
+  dispatch_sync(queue, ^{
+  });
+  int64_t end = now_ns();
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+EXPORT double bench_c_source_timer(int64_t n, double *extra) {
+  (void)extra;
+  return source_cycle(DISPATCH_SOURCE_TYPE_TIMER, 0, n);
+}
+
+EXPORT double bench_c_source_read(int64_t n, double *extra) {
+  (void)extra;
+  int fds[2];
+  check(pipe(fds) == 0, "pipe");
+  double result = source_cycle(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)fds[0], n);
+  close(fds[0]);
+  close(fds[1]);
+  return result;
+}
+
+EXPORT double bench_c_source_write(int64_t n, double *extra) {
+  (void)extra;
+  int fds[2];
+  check(pipe(fds) == 0, "pipe");
+  double result = source_cycle(DISPATCH_SOURCE_TYPE_WRITE, (uintptr_t)fds[1], n);
+  close(fds[0]);
+  close(fds[1]);
+  return result;
+}
+
+EXPORT double bench_c_source_signal(int64_t n, double *extra) {
+  (void)extra;
+  return source_cycle(DISPATCH_SOURCE_TYPE_SIGNAL, SIGUSR2, n);
+}
+
+EXPORT double bench_c_source_data_add(int64_t n, double *extra) {
+  (void)extra;
+  return source_cycle(DISPATCH_SOURCE_TYPE_DATA_ADD, 0, n);
+}
+
+EXPORT double bench_c_source_data_or(int64_t n, double *extra) {
+  (void)extra;
+  return source_cycle(DISPATCH_SOURCE_TYPE_DATA_OR, 0, n);
+}
+
+EXPORT double bench_c_source_data_replace(int64_t n, double *extra) {
+  (void)extra;
+  return source_cycle(DISPATCH_SOURCE_TYPE_DATA_REPLACE, 0, n);
+}
+
+// MARK: - Latency
+
+static int compare_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/// Sorts `values` and stores mean, p99 and max in extra[0...2]; returns the median.
+static double summarize(int64_t *values, int64_t count, double *extra) {
+  if (count <= 0) return 0;
+  qsort(values, (size_t)count, sizeof *values, compare_i64);
+  double sum = 0;
+  for (int64_t i = 0; i < count; i++) sum += (double)values[i];
+  int64_t p99 = (count * 99 + 99) / 100 - 1;
+  extra[0] = sum / (double)count;
+  extra[1] = (double)values[p99 < count ? p99 : count - 1];
+  extra[2] = (double)values[count - 1];
+  return (double)values[count / 2];
+}
+
+struct timer_state {
+  int64_t *fired;      // CLOCK_MONOTONIC of each handler run
+  uint64_t *ordinal;   // the fire (1-based, counting merged fires) each run stands for
+  int64_t runs, wanted;
+  uint64_t total;
+  dispatch_semaphore_t done;
+};
+
+/// A 10 ms repeating timer (leeway 0) on a serial queue, `n` handler runs:
+/// returns the median lateness in ns of each run against start + k * 10 ms;
+/// extra[0] mean, extra[1] p99, extra[2] max (ns).
+EXPORT double bench_c_timer_lateness(int64_t n, double *extra) {
+  const int64_t interval = 10 * 1000 * 1000;
+  dispatch_queue_t queue = dispatch_queue_create("bench.timer", NULL);
+  dispatch_source_t timer = dispatch_source_create(DISPATCH_SOURCE_TYPE_TIMER, 0, 0, queue);
+  struct timer_state state = {
+      .fired = calloc((size_t)n + 1, sizeof(int64_t)),
+      .ordinal = calloc((size_t)n + 1, sizeof(uint64_t)),
+      .wanted = n,
+      .done = dispatch_semaphore_create(0),
+  };
+  struct timer_state *s = &state;
+  dispatch_source_set_event_handler(timer, ^{
+    if (s->runs >= s->wanted) return;
+    s->fired[s->runs] = now_ns();
+    s->total += dispatch_source_get_data(timer);
+    s->ordinal[s->runs] = s->total;
+    if (++s->runs == s->wanted) dispatch_semaphore_signal(s->done);
+  });
+  int64_t start = now_ns();
+  dispatch_source_set_timer(timer, dispatch_time(DISPATCH_TIME_NOW, interval), (uint64_t)interval, 0);
+  dispatch_resume(timer);
+  if (n > 0) dispatch_semaphore_wait(state.done, DISPATCH_TIME_FOREVER);
+  dispatch_source_cancel(timer);
+  dispatch_release(timer);
+  dispatch_sync(queue, ^{
+  });
+  for (int64_t i = 0; i < n; i++) {
+    state.fired[i] -= start + (int64_t)state.ordinal[i] * interval;
+  }
+  double median = summarize(state.fired, n, extra);
+  free(state.fired);
+  free(state.ordinal);
+  dispatch_release(state.done);
+  dispatch_release(queue);
+  return median;
+}
+
+struct latency_state {
+  int64_t *latency;
+  int64_t merged_at;
+  int64_t runs;
+  dispatch_semaphore_t handled;
+};
+
+/// Merge → handler latency of a DATA_ADD source on a serial queue, one
+/// event at a time (`n` events): returns the median ns; extra[0] mean,
+/// extra[1] p99, extra[2] max.
+EXPORT double bench_c_event_latency(int64_t n, double *extra) {
+  dispatch_queue_t queue = dispatch_queue_create("bench.latency", NULL);
+  dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_ADD, 0, 0, queue);
+  struct latency_state state = {.latency = calloc((size_t)n + 1, sizeof(int64_t)),
+                                .handled = dispatch_semaphore_create(0)};
+  struct latency_state *s = &state;
+  dispatch_source_set_event_handler(source, ^{
+    s->latency[s->runs++] = now_ns() - s->merged_at;
+    dispatch_semaphore_signal(s->handled);
+  });
+  dispatch_activate(source);
+  for (int64_t i = 0; i < n; i++) {
+    s->merged_at = now_ns();
+    dispatch_source_merge_data(source, 1);
+    dispatch_semaphore_wait(state.handled, DISPATCH_TIME_FOREVER);
+  }
+  dispatch_source_cancel(source);
+  dispatch_release(source);
+  dispatch_sync(queue, ^{
+  });
+  double median = summarize(state.latency, state.runs, extra);
+  free(state.latency);
+  dispatch_release(state.handled);
+  dispatch_release(queue);
+  return median;
+}
+
+// MARK: - apply
+
+/// The work of one iteration: `rounds` steps of a 64-bit LCG (0 rounds: a
+/// trivial iteration). Kept out of line so every variant calls it.
+__attribute__((noinline)) static uint64_t kernel(uint64_t seed, int64_t rounds) {
+  uint64_t x = seed | 1;
+  for (int64_t r = 0; r < rounds; r++) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+  return x;
+}
+
+/// dispatch_apply of `n` iterations of kernel(i, extra[0] rounds) on the
+/// default global queue: returns ns per iteration; extra[0] the speed-up
+/// over a plain loop, extra[1] the plain loop's ns per iteration.
+EXPORT double bench_c_apply(int64_t n, double *extra) {
+  int64_t rounds = (int64_t)extra[0];
+  uint64_t *out = calloc((size_t)n + 1, sizeof(uint64_t));
+  dispatch_queue_t global = dispatch_get_global_queue(DISPATCH_QUEUE_PRIORITY_DEFAULT, 0);
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) out[i] = kernel((uint64_t)i, rounds);
+  int64_t serial = now_ns() - start;
+  start = now_ns();
+  dispatch_apply((size_t)n, global, ^(size_t i) {
+    out[i] = kernel((uint64_t)i, rounds);
+  });
+  int64_t parallel = now_ns() - start;
+  free(out);
+  extra[0] = (double)serial / (double)(parallel > 0 ? parallel : 1);
+  extra[1] = per_op(0, serial, n);
+  return per_op(0, parallel, n);
+}
+
+// MARK: - Memory
+
+/// Bytes in use on the heap: every arena plus mmap'd chunks (mallinfo2).
+EXPORT int64_t bench_c_heap_in_use(void) {
+  struct mallinfo2 info = mallinfo2();
+  return (int64_t)(info.uordblks + info.hblkhd);
+}
+
+/// The malloc size of the block at `pointer` (a Swift object's address).
+EXPORT int64_t bench_c_usable_size(void *pointer) { return (int64_t)malloc_usable_size(pointer); }
+
+/// Kinds of objects for the memory measurements, in GCDBenchmarks' order.
+enum { KIND_QUEUE, KIND_GROUP, KIND_SEMAPHORE, KIND_TIMER, KIND_READ, KIND_WRITE, KIND_SIGNAL,
+       KIND_DATA_ADD, KIND_DATA_OR, KIND_DATA_REPLACE };
+
+/// Creates one object of `kind` (sources: created, not resumed) on `handle`.
+EXPORT void *bench_c_make(int64_t kind, int64_t handle, void *queue) {
+  dispatch_queue_t q = queue;
+  switch (kind) {
+  case KIND_QUEUE: return dispatch_queue_create("bench.queue", NULL);
+  case KIND_GROUP: return dispatch_group_create();
+  case KIND_SEMAPHORE: return dispatch_semaphore_create(0);
+  case KIND_TIMER: return dispatch_source_create(DISPATCH_SOURCE_TYPE_TIMER, 0, 0, q);
+  case KIND_READ: return dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)handle, 0, q);
+  case KIND_WRITE: return dispatch_source_create(DISPATCH_SOURCE_TYPE_WRITE, (uintptr_t)handle, 0, q);
+  case KIND_SIGNAL: return dispatch_source_create(DISPATCH_SOURCE_TYPE_SIGNAL, (uintptr_t)handle, 0, q);
+  case KIND_DATA_ADD: return dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_ADD, 0, 0, q);
+  case KIND_DATA_OR: return dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_OR, 0, 0, q);
+  case KIND_DATA_REPLACE: return dispatch_source_create(DISPATCH_SOURCE_TYPE_DATA_REPLACE, 0, 0, q);
+  default: return NULL;
+  }
+}
+
+/// Releases an object made by bench_c_make (a source is resumed and
+/// cancelled first: libdispatch traps on the release of an inactive one).
+EXPORT void bench_c_free(int64_t kind, void *object) {
+  if (kind >= KIND_TIMER) {
+    dispatch_resume(object);
+    dispatch_source_cancel(object);
+  }
+  dispatch_release(object);
+}
+
+/// The allocation-heavy workload of the peak-RSS measurement: `n` capturing
+/// blocks queued on a suspended serial queue, then run and released.
+EXPORT double bench_c_rss_queued(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.rss", NULL);
+  long count = 0;
+  long *counter = &count;
+  dispatch_suspend(queue);
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_async(queue, ^{
+      (*counter)++;
+    });
+  }
+  dispatch_resume(queue);
+  dispatch_sync(queue, ^{
+  });
+  check(count == n, "rss count");
+  dispatch_release(queue);
+  return 0;
+}
