@@ -52,7 +52,11 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 /// from creation (so the pid cannot be reused under it) and, from the first
 /// `resume()`, an internal read source on it; the descriptor is closed once,
 /// when the exit has been delivered or when this source is cancelled or
-/// dropped, whichever comes first.
+/// dropped, whichever comes first. Once started, the descriptor is closed
+/// in the internal source's cancel handler, asynchronously, shortly after
+/// the cancel: a tight loop that creates and cancels thousands of started
+/// `ProcSource`s can hold that many descriptors for a moment (and meet the
+/// descriptor limit); pace such loops.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
 public final class ProcSource: Source, @unchecked Sendable {
