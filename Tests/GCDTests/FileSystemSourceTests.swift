@@ -440,50 +440,6 @@ private func createAndDropThousandFileSystemSources(directory: TemporaryDirector
 
 // MARK: - Helpers
 
-/// A fresh directory under /tmp, removed with everything in it on deinit.
-private final class TemporaryDirectory {
-  let path: String
-
-  init() {
-    var template = Array("/tmp/GCDTests-fs-XXXXXX".utf8CString)
-    precondition(mkdtemp(&template) != nil, "mkdtemp failed: errno \(errno)")
-    path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-  }
-
-  deinit { TemporaryDirectory.remove(path) }
-
-  /// Creates `name` in the directory and returns its path.
-  func file(_ name: String, contents: String = "") -> String {
-    TemporaryDirectory.create(path + "/" + name, contents: contents)
-  }
-
-  @discardableResult
-  static func create(_ path: String, contents: String) -> String {
-    let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-    precondition(descriptor >= 0, "open(\(path)) failed: errno \(errno)")
-    let bytes = Array(contents.utf8)
-    precondition(bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) } == bytes.count)
-    close(descriptor)
-    return path
-  }
-
-  static func remove(_ path: String) {
-    if let directory = opendir(path) {
-      while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) {
-          String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-        }
-        if name == "." || name == ".." { continue }
-        remove(path + "/" + name)
-      }
-      closedir(directory)
-      rmdir(path)
-    } else {
-      unlink(path)
-    }
-  }
-}
-
 /// Ends an exit test's child, reporting `message` on standard error, where
 /// the parent looks for "ok" (the status stays 0 so that the parent gets
 /// the message; a crash still fails the status check).
@@ -491,40 +447,4 @@ private func endFileSystemChild(_ message: String) -> Never {
   let text = Array("FileSystemSourceTests child: \(message)\n".utf8)
   _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
   exit(0)
-}
-
-/// Makes libdispatch open its own descriptors (epoll, eventfd) before a
-/// test counts descriptors: one read source, started, fired, cancelled.
-private func warmUpDispatch() {
-  var ends: [Int32] = [-1, -1]
-  guard pipe(&ends) == 0 else { endFileSystemChild("pipe") }
-  _ = write(ends[1], "x", 1)
-  guard let source = try? ReadSource(fileDescriptor: ends[0], queue: .global()) else {
-    endFileSystemChild("ReadSource")
-  }
-  let fired = Event()
-  let cancelled = Event()
-  source.setEventHandler {
-    fired.signal()
-    source.cancel()
-  }
-  source.setCancelHandler { cancelled.signal() }
-  source.resume()
-  requireInChild(fired, "warm-up read source")
-  requireInChild(cancelled, "warm-up cancel")
-  close(ends[0])
-  close(ends[1])
-}
-
-/// The number of kernel watches on the process's inotify instance (from its fdinfo).
-private func inotifyWatchCount() -> Int {
-  guard let (descriptor, _) = openDescriptorTargets().first(where: { $0.value.contains("inotify") }) else { return 0 }
-  guard let file = fopen("/proc/self/fdinfo/\(descriptor)", "re") else { return -1 }
-  defer { fclose(file) }
-  var count = 0
-  var line = [CChar](repeating: 0, count: 512)
-  while fgets(&line, Int32(line.count), file) != nil {
-    if line.withUnsafeBufferPointer({ String(cString: $0.baseAddress!) }).hasPrefix("inotify wd:") { count += 1 }
-  }
-  return count
 }

@@ -309,14 +309,6 @@ private func createAndDropThousandProcSources(running: pid_t, exited: pid_t, que
 
 // MARK: - Helpers
 
-/// In an exit test's child: keeps the children it starts from inheriting
-/// the exit test's pipes (the parent would wait for them to close).
-private func markEveryDescriptorCloseOnExec() {
-  for descriptor in openDescriptorTargets().keys where descriptor > 2 {
-    _ = fcntl(descriptor, F_SETFD, fcntl(descriptor, F_GETFD) | FD_CLOEXEC)
-  }
-}
-
 /// Ends an exit test's child, reporting `message` on standard error, where
 /// the parent looks for "ok" (the status stays 0 so that the parent gets
 /// the message; a crash still fails the status check).
@@ -324,82 +316,6 @@ private func endProcChild(_ message: String) -> Never {
   let text = Array("ProcSourceTests child: \(message)\n".utf8)
   _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
   exit(0)
-}
-
-/// Makes libdispatch open its own descriptors (epoll, eventfd) before a
-/// test counts descriptors: one read source, started, fired, cancelled.
-private func warmUpDispatch() {
-  var ends: [Int32] = [-1, -1]
-  guard pipe(&ends) == 0 else { endProcChild("pipe") }
-  _ = write(ends[1], "x", 1)
-  guard let source = try? ReadSource(fileDescriptor: ends[0], queue: .global()) else { endProcChild("ReadSource") }
-  let fired = Event()
-  let cancelled = Event()
-  source.setEventHandler {
-    fired.signal()
-    source.cancel()
-  }
-  source.setCancelHandler { cancelled.signal() }
-  source.resume()
-  requireInChild(fired, "warm-up read source")
-  requireInChild(cancelled, "warm-up cancel")
-  close(ends[0])
-  close(ends[1])
-}
-
-/// Starts `path` with `arguments`; standard output to `stdout` if given.
-private func spawnProcess(_ path: String, _ arguments: [String] = [], stdout: Int32? = nil) throws -> pid_t {
-  var actions = posix_spawn_file_actions_t()
-  posix_spawn_file_actions_init(&actions)
-  defer { posix_spawn_file_actions_destroy(&actions) }
-  // The child starts with no blocked signals and default dispositions,
-  // whatever the test runner's threads block or ignore.
-  var attributes = posix_spawnattr_t()
-  posix_spawnattr_init(&attributes)
-  defer { posix_spawnattr_destroy(&attributes) }
-  var signals = sigset_t()
-  sigemptyset(&signals)
-  posix_spawnattr_setsigmask(&attributes, &signals)
-  sigaddset(&signals, SIGTERM)
-  sigaddset(&signals, SIGINT)
-  sigaddset(&signals, SIGHUP)
-  posix_spawnattr_setsigdefault(&attributes, &signals)
-  posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
-  if let stdout {
-    posix_spawn_file_actions_adddup2(&actions, stdout, STDOUT_FILENO)
-  } else {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0)
-  }
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0)
-  let argv = ([path] + arguments).map { strdup($0) } + [nil]
-  defer { argv.forEach { free($0) } }
-  var pid: pid_t = 0
-  let status = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
-  guard status == 0 else { throw GCDError(operation: "posix_spawn(\(path))", errno: status) }
-  return pid
-}
-
-/// Reaps `pid`; returns its raw wait status (-1 if it was not ours to reap).
-@discardableResult
-private func reapProcess(_ pid: pid_t) -> Int32 {
-  var status: Int32 = 0
-  while waitpid(pid, &status, 0) < 0 {
-    if errno != EINTR { return -1 }
-  }
-  return status
-}
-
-private func readToEnd(_ descriptor: Int32) -> String {
-  var bytes: [UInt8] = []
-  var chunk = [UInt8](repeating: 0, count: 256)
-  while true {
-    let count = read(descriptor, &chunk, chunk.count)
-    if count < 0 && errno == EINTR { continue }
-    if count <= 0 { break }
-    bytes += chunk[0..<count]
-  }
-  return String(decoding: bytes, as: UTF8.self)
 }
 
 extension String {

@@ -10,7 +10,7 @@ import Testing
 
 /// Every source type this package can construct without privileges.
 enum SourceKind: String, CaseIterable, Sendable {
-  case timer, read, write, signal, dataAdd, dataOr, dataReplace
+  case timer, read, write, signal, dataAdd, dataOr, dataReplace, proc, fileSystem
 
   /// The Swift type's name, as `resume()`'s message names it.
   var typeName: String {
@@ -22,12 +22,16 @@ enum SourceKind: String, CaseIterable, Sendable {
     case .dataAdd: "DataAddSource"
     case .dataOr: "DataOrSource"
     case .dataReplace: "DataReplaceSource"
+    case .proc: "ProcSource"
+    case .fileSystem: "FileSystemSource"
     }
   }
 
   /// A new source of this kind on `queue`, with what makes it fire once started (`fire`) and what
   /// releases its resources (`cleanup`, for the cancel handler). The source fires as soon as it is
-  /// started for timers, reads (a byte is waiting), writes and signals (sent at registration).
+  /// started for timers, reads (a byte is waiting), writes, signals (sent at registration) and
+  /// processes (a child that has already exited); a file-system source fires when `fire` appends
+  /// to its file.
   func make(queue: Queue) -> (source: any Source, fire: @Sendable () -> Void, cleanup: @Sendable () -> Void) {
     switch self {
     case .timer:
@@ -65,6 +69,19 @@ enum SourceKind: String, CaseIterable, Sendable {
     case .dataReplace:
       let source = DataReplaceSource(queue: queue)
       return (source, { source.merge(1) }, {})
+    case .proc:
+      let child = try! spawnProcess("/bin/true")
+      precondition(waitForExitWithoutReaping(child), "waitid failed: errno \(errno)")
+      return (try! ProcSource(pid: child, queue: queue), {}, { reapProcess(child) })
+    case .fileSystem:
+      let path = temporaryFile(containing: [])
+      let source = try! FileSystemSource(path: path, events: [.write, .delete], queue: queue)
+      let append: @Sendable () -> Void = {
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+        _ = Glibc.write(descriptor, "x", 1)
+        close(descriptor)
+      }
+      return (source, append, { unlink(path) })
     }
   }
 
@@ -76,6 +93,8 @@ enum SourceKind: String, CaseIterable, Sendable {
 enum LifecycleScenario: String, CaseIterable, Sendable {
   case neverResumed, suspendedOnce, suspendedTwice, suspendedBeforeFirstResume, active, cancelled
   case cancelledTwice, droppedInsideItsHandler, capturedStronglyThenCancelled
+  // Rows of the misuse matrix (MisuseMatrixTests).
+  case resumedAfterCancelBeforeStart, cancelledWhileSuspendedThenResumed, droppedWhileEventQueued
 }
 
 /// Drops a source of every kind in `scenario`'s state and checks, in the exit-test child, that the
@@ -158,8 +177,22 @@ func runLifecycle(_ scenario: LifecycleScenario, _ kind: SourceKind) {
     case .droppedInsideItsHandler, .capturedStronglyThenCancelled:
       source.resume()
       fire()
+    case .resumedAfterCancelBeforeStart:
+      source.cancel()
+      source.resume()
+    case .cancelledWhileSuspendedThenResumed:
+      source.resume()
+      source.suspend()
+      source.cancel()
+      source.resume()
+    case .droppedWhileEventQueued:
+      // The event (and later the cancel handler) waits on the suspended queue.
+      queue.suspend()
+      source.resume()
+      fire()
     }
   }
+  if scenario == .droppedWhileEventQueued { queue.resume() }
   if scenario == .droppedInsideItsHandler || scenario == .capturedStronglyThenCancelled {
     childRequire(fired.wait(), "\(what): no event")
   }
@@ -174,6 +207,9 @@ func runLifecycle(_ scenario: LifecycleScenario, _ kind: SourceKind) {
   childRequire(waitUntil { weakSource == nil }, "\(what): the source was not deallocated")
   queue.sync {}
   childRequire(cancels.current == 1, "\(what): the cancel handler ran \(cancels.current) times")
+  if scenario == .resumedAfterCancelBeforeStart || scenario == .droppedWhileEventQueued {
+    childRequire(!fired.isSignaled, "\(what): the event handler ran after cancel()")
+  }
 }
 
 /// Creates a running source of `kind` and resumes it once more than it was suspended.

@@ -144,6 +144,11 @@ struct WriteSourceTests {
     #expect(fired.wait())
     source.setTarget(second)
     #expect(cancelled.wait())
+    // ThreadSanitizer's libdispatch interceptor remembers the queue a source
+    // targeted when a handler was set (`first`, for the cancel handler) and
+    // reads it after the handler returns, without retaining it: keep `first`
+    // until the cancel handler has finished on `second` (docs/reliability.md).
+    withExtendedLifetime(first) { second.sync {} }
     let values = ranOn.values
     #expect(values.first == "first true, second false")
     #expect(values.last == "first false, second true")

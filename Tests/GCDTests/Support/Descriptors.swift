@@ -1,3 +1,4 @@
+import GCD
 import Glibc
 
 /// Polls `condition` until it holds or `timeout` passes; true if it held.
@@ -33,4 +34,57 @@ func openDescriptorTargets() -> [Int32: String] {
       count >= 0 ? String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?"
   }
   return result
+}
+
+/// Whether two listings of `openDescriptorTargets` show the same
+/// descriptors: the same numbers referring to the same things. A file
+/// deleted in between still counts as the same (its link gains
+/// " (deleted)"): an exit test's child inherits the parent's descriptors
+/// that are not close-on-exec, files other tests create and delete among
+/// them.
+func sameDescriptors(_ first: [Int32: String], _ second: [Int32: String]) -> Bool {
+  func normalized(_ listing: [Int32: String]) -> [Int32: String] {
+    listing.mapValues { $0.hasSuffix(" (deleted)") ? String($0.dropLast(" (deleted)".count)) : $0 }
+  }
+  return normalized(first) == normalized(second)
+}
+
+/// In an exit test's child: makes libdispatch open its own descriptors
+/// (epoll, eventfd, timerfd) before the test counts descriptors — one read
+/// source, started, fired, cancelled — so that they are in the baseline.
+@available(*, noasync, message: "blocks the thread")
+func warmUpDispatch() {
+  var ends: [Int32] = [-1, -1]
+  childRequire(pipe(&ends) == 0, "warm-up: pipe failed, errno \(errno)")
+  _ = write(ends[1], "x", 1)
+  guard let source = try? ReadSource(fileDescriptor: ends[0], queue: .global()) else {
+    childRequire(false, "warm-up: ReadSource failed")
+    return
+  }
+  let fired = Event()
+  let cancelled = Event()
+  source.setEventHandler {
+    fired.signal()
+    source.cancel()
+  }
+  source.setCancelHandler { cancelled.signal() }
+  source.resume()
+  requireInChild(fired, "warm-up read source")
+  requireInChild(cancelled, "warm-up cancel")
+  close(ends[0])
+  close(ends[1])
+}
+
+/// The number of kernel watches on the process's inotify instance (from its
+/// fdinfo); 0 when there is no instance, -1 when its fdinfo cannot be read.
+func inotifyWatchCount() -> Int {
+  guard let (descriptor, _) = openDescriptorTargets().first(where: { $0.value.contains("inotify") }) else { return 0 }
+  guard let file = fopen("/proc/self/fdinfo/\(descriptor)", "re") else { return -1 }
+  defer { fclose(file) }
+  var count = 0
+  var line = [CChar](repeating: 0, count: 512)
+  while fgets(&line, Int32(line.count), file) != nil {
+    if line.withUnsafeBufferPointer({ String(cString: $0.baseAddress!) }).hasPrefix("inotify wd:") { count += 1 }
+  }
+  return count
 }

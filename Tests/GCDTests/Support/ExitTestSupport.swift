@@ -45,3 +45,27 @@ func failChild(_ message: String) -> Never {
   }
   exit(3)
 }
+
+/// Ends an exit test's child with status 0 and "exit-test child: `message`"
+/// on standard error. `#expect(processExitsWith:)` returns no result — so no
+/// standard error — when the status is not the expected one; a child that
+/// must explain what it found exits 0 through here, and the parent checks
+/// for "exit-test child: ok" and shows the text otherwise.
+func endChild(_ message: String) -> Never {
+  let text = Array("exit-test child: \(message)\n".utf8)
+  _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+  exit(0)
+}
+
+/// In a child that reports through `endChild`: ends it with "failed:
+/// `message`" unless `condition` holds.
+func childCheck(_ condition: Bool, _ message: @autoclosure () -> String) {
+  if !condition { endChild("failed: \(message())") }
+}
+
+/// Whether this test process was built with AddressSanitizer or
+/// ThreadSanitizer (`make sanitize`): heavy loops run fewer rounds there,
+/// where every allocation and every dispatch call is several times slower.
+let runningUnderSanitizer =
+  dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
+  || dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil

@@ -97,3 +97,47 @@ func firstDifference(_ a: [UInt8], _ b: [UInt8]) -> Int? {
   if let index = zip(a.indices, zip(a, b)).first(where: { $0.1.0 != $0.1.1 })?.0 { return index }
   return a.count == b.count ? nil : min(a.count, b.count)
 }
+
+/// A fresh directory under /tmp, removed with everything in it on deinit.
+final class TemporaryDirectory {
+  let path: String
+
+  init() {
+    var template = Array("/tmp/GCDTests-fs-XXXXXX".utf8CString)
+    precondition(mkdtemp(&template) != nil, "mkdtemp failed: errno \(errno)")
+    path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+  }
+
+  deinit { TemporaryDirectory.remove(path) }
+
+  /// Creates `name` in the directory and returns its path.
+  func file(_ name: String, contents: String = "") -> String {
+    TemporaryDirectory.create(path + "/" + name, contents: contents)
+  }
+
+  @discardableResult
+  static func create(_ path: String, contents: String) -> String {
+    let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    precondition(descriptor >= 0, "open(\(path)) failed: errno \(errno)")
+    let bytes = Array(contents.utf8)
+    precondition(bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) } == bytes.count)
+    close(descriptor)
+    return path
+  }
+
+  static func remove(_ path: String) {
+    if let directory = opendir(path) {
+      while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) {
+          String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        if name == "." || name == ".." { continue }
+        remove(path + "/" + name)
+      }
+      closedir(directory)
+      rmdir(path)
+    } else {
+      unlink(path)
+    }
+  }
+}
