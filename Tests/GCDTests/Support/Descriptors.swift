@@ -16,8 +16,13 @@ func pollUntil(timeout: Duration = generousTimeout, _ condition: () -> Bool) -> 
 @available(*, noasync, message: "blocks the thread")
 func pollBriefly(_ condition: () -> Bool) -> Bool { pollUntil(timeout: briefTimeout, condition) }
 
-/// The number of open descriptors of this process.
-func openDescriptorCount() -> Int { openDescriptorTargets().count }
+/// The number of open descriptors whose target (`/proc/self/fd/N`) passes
+/// `isOwned`: the descriptors a test can attribute to what it created, so
+/// that descriptors the runtime or a sanitizer opens and closes meanwhile
+/// do not move the count.
+func openDescriptorCount(where isOwned: (String) -> Bool) -> Int {
+  openDescriptorTargets().values.filter(isOwned).count
+}
 
 /// Every open descriptor of this process and what it refers to.
 func openDescriptorTargets() -> [Int32: String] {
