@@ -66,7 +66,10 @@ private func tryEveryBadArgument() -> Never {
   // A FileSystemSource creates the process's inotify instance on first use:
   // let it exist before counting.
   _ = try? FileSystemSource(path: existing, events: .write, queue: queue)
-  childCheck(pollUntil { inotifyWatchCount() == 0 }, "the warm-up watch stayed")
+  // Dropped, it closes its O_PATH descriptor on `queue`, after removing its watch.
+  childCheck(
+    pollUntil { inotifyWatchCount() == 0 && !openDescriptorTargets().values.contains(existing) },
+    "the warm-up source's watch or descriptor stayed")
   // Descriptor numbers that were open a moment ago (none of the calls below
   // opens one that stays, so they are not reused meanwhile).
   let (closedRead, closedWrite) = makePipe()
