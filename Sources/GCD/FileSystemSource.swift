@@ -50,12 +50,7 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
     (.link, ".link"), (.rename, ".rename"), (.revoke, ".revoke"),
   ]
 
-  public var description: String {
-    var parts = FileSystemEvents.names.filter { contains($0.0) }.map(\.1)
-    let unknown = subtracting(.all)
-    if !unknown.isEmpty { parts.append("0x" + String(unknown.rawValue, radix: 16)) }
-    return "[" + parts.joined(separator: ", ") + "]"
-  }
+  public var description: String { describeFlags(self, names: FileSystemEvents.names) }
 }
 
 /// Watches a file or directory for the changes in `FileSystemEvents`;

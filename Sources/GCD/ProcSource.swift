@@ -32,13 +32,7 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
     (.exit, ".exit"), (.fork, ".fork"), (.exec, ".exec"), (.signal, ".signal"),
   ]
 
-  public var description: String {
-    var parts = ProcEvents.names.filter { contains($0.0) }.map(\.1)
-    let known = ProcEvents.names.reduce(ProcEvents()) { $0.union($1.0) }
-    let unknown = subtracting(known)
-    if !unknown.isEmpty { parts.append("0x" + String(unknown.rawValue, radix: 16)) }
-    return "[" + parts.joined(separator: ", ") + "]"
-  }
+  public var description: String { describeFlags(self, names: ProcEvents.names) }
 }
 
 /// Watches another process (any process, not only a child) and fires when
