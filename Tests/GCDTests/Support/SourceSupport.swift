@@ -59,9 +59,6 @@ func contentsOfFile(_ path: String) -> [UInt8] {
   return result
 }
 
-/// Whether `descriptor` is open.
-func isOpen(_ descriptor: Int32) -> Bool { fcntl(descriptor, F_GETFD) != -1 }
-
 /// Waits until `condition` holds, checking it every millisecond, for at most `timeout`. For conditions
 /// no event announces (a weak reference that becomes nil); the answer never depends on the timing.
 @available(*, noasync, message: "blocks the thread")
