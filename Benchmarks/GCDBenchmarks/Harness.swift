@@ -126,9 +126,10 @@ func note(_ text: String) {
 /// Runs every variant of `benchmark`: a warm-up run each, then `repeats`
 /// rounds in which every variant runs once, in an order that rotates from
 /// round to round so that no variant always runs first or last.
-func measure(_ benchmark: Benchmark, variants: [Variant], repeats: Int, quick: Bool, countOverride: Int?)
-  -> BenchmarkResult
-{
+func measure(
+  _ benchmark: Benchmark, variants: [Variant], repeats: Int, quick: Bool, countOverride: Int?,
+  heapInUse: (@convention(c) () -> Int)?
+) -> BenchmarkResult {
   var measurements: [Variant: Measurement] = [:]
   var runnable: [(Variant, (Int) -> Sample)] = []
   for variant in variants {
@@ -145,13 +146,38 @@ func measure(_ benchmark: Benchmark, variants: [Variant], repeats: Int, quick: B
   let count = countOverride ?? (quick ? benchmark.quickCount : benchmark.count)
   let rounds = quick ? 1 : (benchmark.repeats ?? repeats)
   if !quick {
-    for (_, body) in runnable { _ = body(max(1, count / 4)) }
+    for (_, body) in runnable {
+      _ = body(max(1, count / 4))
+      settle(heapInUse)
+    }
   }
   for round in 0..<rounds {
     for index in runnable.indices {
       let (variant, body) = runnable[(index + round) % runnable.count]
       measurements[variant]!.samples.append(body(count))
+      settle(heapInUse)
     }
   }
   return BenchmarkResult(benchmark: benchmark, measurements: measurements)
+}
+
+/// Waits (outside the timed part) until the work a run left to
+/// libdispatch's threads is done: until the heap in use has stopped
+/// changing for three polls 2 ms apart, at most 2 s. A source's teardown
+/// goes on after its run returns (libdispatch unregisters a cancelled
+/// source and frees it on its own threads); without this wait one run's
+/// teardown spills into the next run, and under valgrind into no run at
+/// all, so the instruction counts of Benchmarks/callgrind.sh would not repeat.
+func settle(_ heapInUse: (@convention(c) () -> Int)?) {
+  guard let heapInUse else { return }
+  var last = heapInUse()
+  var stable = 0
+  var polls = 0
+  while stable < 3 && polls < 1_000 {
+    usleep(2_000)
+    let now = heapInUse()
+    stable = now == last ? stable + 1 : 0
+    last = now
+    polls += 1
+  }
 }

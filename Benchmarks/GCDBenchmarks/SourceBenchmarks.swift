@@ -179,12 +179,14 @@ func gcdSourceCycle<S: Source>(_ count: Int, closingDescriptors: Bool = false, _
   let start = monotonicNanos()
   for index in 0..<count {
     let source = try! make(queue)
+    escape(source)
     source.resume()
     source.cancel()
     if closingDescriptors && (index % 100 == 99 || index == count - 1) {
       waitForDescriptors(atMost: descriptors + 8)
     }
   }
+  escape(nil)
   queue.sync {}
   return Sample(start: start, end: monotonicNanos(), count: count)
 }
@@ -216,6 +218,7 @@ func dispatchSourceCycle(_ count: Int, _ make: (DispatchQueue) -> any DispatchSo
     source.resume()
     source.cancel()
   }
+  escape(nil)
   queue.sync {}
   return Sample(start: start, end: monotonicNanos(), count: count)
 }

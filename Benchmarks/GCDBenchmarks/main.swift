@@ -137,7 +137,7 @@ for benchmark in benchmarks where selected(benchmark.name) {
   results.append(
     measure(
       benchmark, variants: options.variants, repeats: options.repeats, quick: options.quick,
-      countOverride: options.count))
+      countOverride: options.count, heapInUse: library?.heapInUse))
 }
 
 let objectCount = options.quick ? 10 : 2_000

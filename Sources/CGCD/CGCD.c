@@ -84,6 +84,34 @@ __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_
   }
 }
 
+// The fast path of `sync` from outside any queue (no frame on this thread)
+// onto a queue that cannot hand the work to another thread (not the main
+// queue, no target set by the package): dispatch_sync runs the work on the
+// calling thread, so the frame is pushed here, around the wait, and the
+// trampoline only calls the closure.
+struct cgcd_closure {
+  cgcd_swift_closure_fn function;
+  void *context;
+};
+
+static void cgcd_closure_trampoline(void *argument) {
+  struct cgcd_closure *closure = argument;
+  closure->function(closure->context);
+}
+
+__attribute__((swiftcall)) void cgcd_sync_here(void *queue, uintptr_t flags, uintptr_t barrier,
+                                               cgcd_swift_closure_fn function, void *context) {
+  struct cgcd_closure closure = {.function = function, .context = context};
+  cgcd_frame_t frame = {.queue = queue, .flags = flags, .prev = NULL};
+  cgcd_current_frame = &frame;
+  if (barrier) {
+    cgcd_dispatch_barrier_sync_f(queue, &closure, cgcd_closure_trampoline);
+  } else {
+    cgcd_dispatch_sync_f(queue, &closure, cgcd_closure_trampoline);
+  }
+  cgcd_current_frame = NULL;
+}
+
 struct cgcd_apply_context {
   cgcd_frame_t frame;  // for `queue`, linked to the caller's chain; shared by every iteration
   cgcd_swift_index_fn function;

@@ -67,8 +67,7 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
 /// Events are delivered from the first `resume()`.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
-public final class FileSystemSource: Source, @unchecked Sendable {
-  public let core: SourceCore
+public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
   /// The events the source watches (`mask`).
   public let events: FileSystemEvents
   let watch: InotifyWatch
@@ -130,10 +129,9 @@ public final class FileSystemSource: Source, @unchecked Sendable {
       close(pathDescriptor)
       throw error
     }
+    let created: OpaquePointer
     do {
-      core = try SourceCore(
-        type: cgcd_source_type_data_or(), handle: 0, mask: 0, queue: queue,
-        ownedCleanup: { watch.center.unregister(watch) }, onActivate: { watch.activate() })
+      created = try SourceCore.create(type: cgcd_source_type_data_or(), handle: 0, mask: 0, queue: queue)
     } catch {
       watch.center.unregister(watch)
       throw error
@@ -141,7 +139,10 @@ public final class FileSystemSource: Source, @unchecked Sendable {
     self.events = events
     self.watch = watch
     watchedDescriptor = handle
-    watch.setTarget(core.raw)
+    super.init(
+      created: created, queue: queue, ownedCleanup: { watch.center.unregister(watch) },
+      onActivate: { watch.activate() })
+    watch.setTarget(raw)
   }
 
   private static func check(_ events: FileSystemEvents, operation: String) throws(GCDError) {
@@ -155,14 +156,12 @@ public final class FileSystemSource: Source, @unchecked Sendable {
     }
   }
 
-  deinit { core.dispose() }
-
   /// The file's current path: after a rename, the new one. Nil once the
   /// file is deleted or the source cancelled.
   public var path: String? { watch.path }
 
   /// The `FileSystemEvents` flags that fired, as a raw value.
-  public var data: UInt { dispatch_source_get_data(core.raw) }
+  public var data: UInt { dispatch_source_get_data(raw) }
   /// The events the source watches, as a raw value.
   public var mask: UInt { events.rawValue }
   /// The descriptor given to `init(fileDescriptor:events:queue:)`, or the

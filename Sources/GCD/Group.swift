@@ -45,7 +45,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   @inlinable
   public func async(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
     enter()
-    dispatch_async_f(queue.raw, Work(work, queue: queue.raw, flags: queue.flags, group: self).retainedContext) {
+    dispatch_async_f(queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags, group: self)) {
       Work.run($0)
     }
   }
@@ -127,7 +127,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   /// The corresponding C function is `dispatch_group_notify`.
   @inlinable
   public func notify(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
-    dispatch_group_notify_f(raw, queue.raw, Work(work, queue: queue.raw, flags: queue.flags).retainedContext) {
+    dispatch_group_notify_f(raw, queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags)) {
       Work.run($0)
     }
   }

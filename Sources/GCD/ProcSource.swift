@@ -53,8 +53,7 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 /// descriptor limit); pace such loops.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
-public final class ProcSource: Source, @unchecked Sendable {
-  public let core: SourceCore
+public final class ProcSource: SourceCore, Source, @unchecked Sendable {
   /// The watched process.
   public let pid: pid_t
   /// The events the source watches (`mask`).
@@ -101,10 +100,9 @@ public final class ProcSource: Source, @unchecked Sendable {
       throw GCDError(operation: operation + ": pidfd_open", errno: error, detail: detail)
     }
     let watcher = PidWatcher(descriptor: descriptor, bits: events.intersection(.exit).rawValue)
+    let created: OpaquePointer
     do {
-      core = try SourceCore(
-        type: cgcd_source_type_data_or(), handle: 0, mask: 0, queue: queue,
-        ownedCleanup: { watcher.stop() }, onActivate: { watcher.start() })
+      created = try SourceCore.create(type: cgcd_source_type_data_or(), handle: 0, mask: 0, queue: queue)
     } catch {
       watcher.stop()
       throw error
@@ -112,13 +110,13 @@ public final class ProcSource: Source, @unchecked Sendable {
     self.pid = pid
     self.events = events
     self.watcher = watcher
-    watcher.setTarget(core.raw)
+    super.init(
+      created: created, queue: queue, ownedCleanup: { watcher.stop() }, onActivate: { watcher.start() })
+    watcher.setTarget(raw)
   }
 
-  deinit { core.dispose() }
-
   /// The `ProcEvents` bits that fired, as a raw value (`.exit`).
-  public var data: UInt { dispatch_source_get_data(core.raw) }
+  public var data: UInt { dispatch_source_get_data(raw) }
   /// The events the source watches, as a raw value.
   public var mask: UInt { events.rawValue }
   /// The watched pid.

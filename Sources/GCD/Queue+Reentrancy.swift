@@ -15,12 +15,18 @@ extension Queue {
   /// current thread can never finish.
   @inlinable
   func checkReentrancy(barrier: Bool, operation: StaticString) {
-    if cgcd_frame_get() == nil && flags & Queue.mainFlag == 0
-      && !hasCustomTarget.load(ordering: .relaxed)
-    {
-      return
-    }
+    if isOutsideEveryChain { return }
     checkReentrancySlow(barrier: barrier, operation: operation)
+  }
+
+  /// True when the current thread runs no work of this package (no frame)
+  /// and this queue cannot lead to the main queue (it is not the main queue
+  /// and has no target set by this package): waiting on the queue cannot
+  /// deadlock, and `dispatch_sync` runs its work on this thread.
+  @inlinable
+  var isOutsideEveryChain: Bool {
+    cgcd_frame_get() == nil && flags & Queue.mainFlag == 0
+      && state.load(ordering: .relaxed) & Queue.customTargetBit == 0
   }
 
   @usableFromInline

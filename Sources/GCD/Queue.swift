@@ -75,22 +75,24 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   @usableFromInline let raw: OpaquePointer
   /// `frameExclusive` for serial queues, plus `Queue.globalFlag` / `mainFlag`.
   @usableFromInline let flags: UInt
-  /// Outstanding `suspend()` calls, balanced in `deinit`.
-  let suspendCount = Atomic<Int>(0)
-  /// False while a queue created inactive waits for `activate()`.
-  let isActivated: Atomic<Bool>
-  /// True once the queue has a target set by this package: `sync` then
-  /// walks the target chain in its re-entrancy check.
-  @usableFromInline let hasCustomTarget = Atomic<Bool>(false)
-  /// The targets set on this queue, kept alive for as long as the chain may
-  /// be walked (the C queue retains its current target; this keeps the
-  /// wrappers, and so the labels, valid for messages).
-  let targets = Mutex<[Queue]>([])
+  /// One word of mutable state: `inactiveBit` while a queue created
+  /// inactive waits for `activate()`, `customTargetBit` once this package
+  /// set a target (`sync` then walks the target chain in its re-entrancy
+  /// check), and the outstanding `suspend()` calls (in units of
+  /// `suspensionUnit`), balanced in `deinit`.
+  ///
+  /// The targets themselves are kept alive by the C queue (see `setTarget`),
+  /// so a queue costs one allocation of three words beside its C object.
+  @usableFromInline let state: Atomic<UInt>
+
+  @usableFromInline static let inactiveBit: UInt = 1
+  @usableFromInline static let customTargetBit: UInt = 2
+  @usableFromInline static let suspensionUnit: UInt = 4
 
   @usableFromInline static let globalFlag: UInt = 2
   @usableFromInline static let mainFlag: UInt = 4
   /// Created with `initiallyInactive`: libdispatch forbids re-targeting it once active.
-  static let createdInactiveFlag: UInt = 8
+  @usableFromInline static let createdInactiveFlag: UInt = 8
 
   public var unsafeObject: OpaquePointer { raw }
 
@@ -110,7 +112,8 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   ///     such a queue when it is activated: set it before `activate()`.
   ///
   /// The corresponding C function is `dispatch_queue_create`.
-  public init(
+  @inlinable
+  public convenience init(
     label: String, kind: Kind = .serial, qos: QoS = .unspecified, target: Queue? = nil,
     initiallyInactive: Bool = false
   ) {
@@ -121,27 +124,38 @@ public final class Queue: DispatchObject, @unchecked Sendable {
     if initiallyInactive {
       attr = dispatch_queue_attr_make_initially_inactive(attr)
     }
-    raw = label.withCString { dispatch_queue_create($0, attr) }
-    flags = (kind == .serial ? frameExclusive : 0) | (initiallyInactive ? Queue.createdInactiveFlag : 0)
-    isActivated = Atomic(!initiallyInactive)
+    self.init(
+      created: label.withCString { dispatch_queue_create($0, attr) },
+      flags: (kind == .serial ? frameExclusive : 0) | (initiallyInactive ? Queue.createdInactiveFlag : 0),
+      state: initiallyInactive ? Queue.inactiveBit : 0)
     if let target {
       setTarget(target)
     }
+  }
+
+  /// Takes over a queue just created (its one reference).
+  @usableFromInline
+  init(created raw: OpaquePointer, flags: UInt, state: UInt) {
+    self.raw = raw
+    self.flags = flags
+    self.state = Atomic(state)
   }
 
   /// Wraps a global or the main queue (never released).
   init(unownedGlobal raw: OpaquePointer, flags: UInt) {
     self.raw = raw
     self.flags = flags
-    self.isActivated = Atomic(true)
+    self.state = Atomic(0)
   }
 
   deinit {
     if flags & Queue.globalFlag != 0 { return }
-    if !isActivated.load(ordering: .acquiring) {
+    // The last reference: nothing else can change the state now.
+    let state = state.load(ordering: .acquiring)
+    if state & Queue.inactiveBit != 0 {
       dispatch_activate(raw.object)
     }
-    var outstanding = suspendCount.exchange(0, ordering: .acquiringAndReleasing)
+    var outstanding = state / Queue.suspensionUnit
     while outstanding > 0 {
       dispatch_resume(raw.object)
       outstanding -= 1
@@ -210,7 +224,7 @@ extension Queue {
   /// `dispatch_async_f` with the closure as context).
   @inlinable
   public func async(_ work: @escaping @Sendable () -> Void) {
-    dispatch_async_f(raw, Work(work, queue: raw, flags: flags).retainedContext) { Work.run($0) }
+    dispatch_async_f(raw, Work.context(work, queue: raw, flags: flags)) { Work.run($0) }
   }
 
   /// Submits a barrier closure: on a concurrent queue it waits for the
@@ -219,7 +233,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_barrier_async`.
   @inlinable
   public func asyncBarrier(_ work: @escaping @Sendable () -> Void) {
-    dispatch_barrier_async_f(raw, Work(work, queue: raw, flags: frameExclusive).retainedContext) {
+    dispatch_barrier_async_f(raw, Work.context(work, queue: raw, flags: frameExclusive)) {
       Work.run($0)
     }
   }
@@ -265,8 +279,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_sync`.
   @inlinable
   public func sync(_ work: () -> Void) {
-    checkReentrancy(barrier: false, operation: "sync")
-    cgcdSync(raw.raw, flags, 0, work)
+    runAndWait(barrier: false, operation: "sync", work)
   }
 
   /// Runs a closure that returns nothing as a barrier and waits for it.
@@ -274,8 +287,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_barrier_sync`.
   @inlinable
   public func syncBarrier(_ work: () -> Void) {
-    checkReentrancy(barrier: true, operation: "syncBarrier")
-    cgcdSync(raw.raw, frameExclusive, 1, work)
+    runAndWait(barrier: true, operation: "syncBarrier", work)
   }
 
   /// Runs a closure as a barrier on the queue and waits for it.
@@ -310,13 +322,31 @@ extension Queue {
 
   @inlinable
   func runAndWait<T, E: Error>(barrier: Bool, _ work: () throws(E) -> T) throws(E) -> T {
-    checkReentrancy(barrier: barrier, operation: barrier ? "syncBarrier" : "sync")
     var result: Result<T, E>?
     withUnsafeMutablePointer(to: &result) { result in
-      cgcdSync(
-        raw.raw, barrier ? frameExclusive : flags, barrier ? 1 : 0, { result.pointee = Result(catching: work) })
+      runAndWait(barrier: barrier, operation: barrier ? "syncBarrier" : "sync") {
+        result.pointee = Result(catching: work)
+      }
     }
     return try result.unsafelyUnwrapped.get()
+  }
+
+  /// `dispatch_sync_f` / `dispatch_barrier_sync_f` of `work`, after the
+  /// re-entrancy check. From outside every queue (the common case) the
+  /// frame is set around the wait (`cgcd_sync_here`); otherwise the
+  /// trampoline sets it on the thread that runs the work (`cgcd_sync`).
+  @inlinable
+  func runAndWait(barrier: Bool, operation: StaticString, _ work: () -> Void) {
+    let frameFlags = barrier ? frameExclusive : flags
+    // On a serial queue libdispatch's dispatch_sync_f is
+    // dispatch_barrier_sync_f (width 1): call that directly.
+    let asBarrier: UInt = barrier || flags & frameExclusive != 0 ? 1 : 0
+    if isOutsideEveryChain {
+      cgcdSyncHere(raw.raw, frameFlags, asBarrier, work)
+    } else {
+      checkReentrancySlow(barrier: barrier, operation: operation)
+      cgcdSync(raw.raw, frameFlags, asBarrier, work)
+    }
   }
 
   /// Submits a closure to run on the queue after a delay.
@@ -335,7 +365,7 @@ extension Queue {
   public func after(deadline: Deadline, _ work: @escaping @Sendable () -> Void) {
     // libdispatch ignores a FOREVER deadline; do not box (and so leak) the closure.
     if deadline.isForever { return }
-    dispatch_after_f(deadline.rawValue, raw, Work(work, queue: raw, flags: flags).retainedContext) {
+    dispatch_after_f(deadline.rawValue, raw, Work.context(work, queue: raw, flags: flags)) {
       Work.run($0)
     }
   }
@@ -402,6 +432,10 @@ extension Queue {
 func cgcdSync(_ queue: UnsafeMutableRawPointer, _ flags: UInt, _ barrier: UInt, _ body: () -> Void)
 
 @usableFromInline
+@_silgen_name("cgcd_sync_here")
+func cgcdSyncHere(_ queue: UnsafeMutableRawPointer, _ flags: UInt, _ barrier: UInt, _ body: () -> Void)
+
+@usableFromInline
 @_silgen_name("cgcd_apply")
 func cgcdApply(
   _ iterations: Int, _ queue: UnsafeMutableRawPointer, _ flags: UInt, _ body: @Sendable (Int) -> Void)
@@ -420,7 +454,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_suspend`.
   public func suspend() {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be suspended") }
-    suspendCount.add(1, ordering: .acquiringAndReleasing)
+    state.add(Queue.suspensionUnit, ordering: .acquiringAndReleasing)
     dispatch_suspend(raw.object)
   }
 
@@ -432,13 +466,13 @@ extension Queue {
   /// The corresponding C function is `dispatch_resume`.
   public func resume() {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be resumed") }
-    var current = suspendCount.load(ordering: .relaxed)
+    var current = state.load(ordering: .relaxed)
     while true {
-      if current == 0 {
+      if current < Queue.suspensionUnit {
         fatalError("GCD: Queue '\(label)': resume() without a matching suspend()")
       }
-      let (exchanged, original) = suspendCount.compareExchange(
-        expected: current, desired: current - 1, ordering: .acquiringAndReleasing)
+      let (exchanged, original) = state.compareExchange(
+        expected: current, desired: current - Queue.suspensionUnit, ordering: .acquiringAndReleasing)
       if exchanged { break }
       current = original
     }
@@ -446,20 +480,21 @@ extension Queue {
   }
 
   /// How many `suspend()` calls have no `resume()` yet.
-  public var suspensionCount: Int { suspendCount.load(ordering: .relaxed) }
+  public var suspensionCount: Int { Int(state.load(ordering: .relaxed) / Queue.suspensionUnit) }
 
   /// Activates a queue created with `initiallyInactive: true`; its queued
   /// work starts. Calling it again, or on an active queue, does nothing.
   ///
   /// The corresponding C function is `dispatch_activate`.
   public func activate() {
-    if isActivated.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+    let (original, _) = state.bitwiseAnd(~Queue.inactiveBit, ordering: .acquiringAndReleasing)
+    if original & Queue.inactiveBit != 0 {
       dispatch_activate(raw.object)
     }
   }
 
   /// Whether the queue is active (not created inactive, or activated since).
-  public var isActive: Bool { isActivated.load(ordering: .acquiring) }
+  public var isActive: Bool { state.load(ordering: .acquiring) & Queue.inactiveBit == 0 }
 
   /// Funnels this queue's work through `target`: work items of both still
   /// run one at a time if `target` is serial, and at `target`'s priority.
@@ -477,29 +512,54 @@ extension Queue {
       fatalError(
         "GCD: Queue '\(label)' was created inactive and has been activated; libdispatch fixes its target at activation")
     }
-    var link: UnsafeMutableRawPointer? = target.raw.raw
-    var exclusive = target.flags & frameExclusive != 0
-    while let queue = link {
-      if queue == raw.raw {
-        fatalError("GCD: Queue '\(label)': setTarget('\(target.label)') would make a cycle of targets")
+    Queue.settingTargets.withLock { _ in
+      var next: UnsafeMutableRawPointer? = target.raw.raw
+      while let queue = next {
+        if queue == raw.raw {
+          fatalError("GCD: Queue '\(label)': setTarget('\(target.label)') would make a cycle of targets")
+        }
+        next = targetLink(of: queue).0
       }
-      (link, exclusive) = targetLink(of: queue)
-      _ = exclusive
+      // The C queue keeps the link (and through it every target it ever
+      // had) until it is destroyed: a chain walk that read an older link
+      // stays valid.
+      let previous = dispatch_queue_get_specific(raw, cgcd_target_key()).map {
+        Unmanaged<TargetLink>.fromOpaque($0).takeUnretainedValue()
+      }
+      let link = TargetLink(target: target, previous: previous)
+      dispatch_queue_set_specific(raw, cgcd_target_key(), Unmanaged.passRetained(link).toOpaque()) {
+        Unmanaged<TargetLink>.fromOpaque($0.unsafelyUnwrapped).release()
+      }
+      state.bitwiseOr(Queue.customTargetBit, ordering: .releasing)
+      dispatch_set_target_queue(raw.object, target.raw)
     }
-    targets.withLock { $0.append(target) }
-    let tagged = UInt(bitPattern: target.raw.raw) | (target.flags & frameExclusive)
-    dispatch_queue_set_specific(raw, cgcd_target_key(), UnsafeMutableRawPointer(bitPattern: tagged), nil)
-    hasCustomTarget.store(true, ordering: .releasing)
-    dispatch_set_target_queue(raw.object, target.raw)
+  }
+
+  /// Serializes `setTarget` (rare): the cycle check sees every target set
+  /// before it, and each new link holds the one it replaces.
+  static let settingTargets = Mutex(())
+}
+
+/// A target set by this package, recorded on the re-targeted C queue as a
+/// queue-specific value (released by libdispatch's destructor when it is
+/// replaced or the queue destroyed). Each link holds its target's wrapper
+/// (so the target's C queue, and its label for messages, stay valid) and
+/// the link it replaced.
+final class TargetLink: @unchecked Sendable {
+  let target: Queue
+  let previous: TargetLink?
+
+  init(target: Queue, previous: TargetLink?) {
+    self.target = target
+    self.previous = previous
   }
 }
 
 /// The target this package recorded on `queue`, and whether it is serial.
-@usableFromInline
 func targetLink(of queue: UnsafeMutableRawPointer) -> (UnsafeMutableRawPointer?, Bool) {
   guard let value = dispatch_queue_get_specific(OpaquePointer(queue), cgcd_target_key()) else {
     return (nil, false)
   }
-  let bits = UInt(bitPattern: value)
-  return (UnsafeMutableRawPointer(bitPattern: bits & ~1), bits & 1 != 0)
+  let target = Unmanaged<TargetLink>.fromOpaque(value).takeUnretainedValue().target
+  return (target.raw.raw, target.flags & frameExclusive != 0)
 }

@@ -20,20 +20,19 @@ import CGCD
 /// source; read until `read` returns 0 and cancel then.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ`.
-public final class ReadSource: Source, @unchecked Sendable {
-  public let core: SourceCore
-
+public final class ReadSource: SourceCore, Source, @unchecked Sendable {
   /// Creates a read source for `fileDescriptor` whose handlers run on `queue`.
   ///
-  /// - Throws: `GCDError` with `EBADF` when the descriptor is not open.
+  /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
+  ///   `EISDIR` for a directory.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    try checkDescriptor(fileDescriptor, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
-    core = try SourceCore(type: cgcd_source_type_read(), handle: UInt(fileDescriptor), mask: 0, queue: queue)
+    try checkWatchableDescriptor(fileDescriptor, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
+    super.init(
+      created: try SourceCore.create(
+        type: cgcd_source_type_read(), handle: UInt(fileDescriptor), mask: 0, queue: queue), queue: queue)
   }
-
-  deinit { core.dispose() }
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.
   public var bytesAvailable: Int { Int(clamping: data) }
@@ -46,5 +45,20 @@ public final class ReadSource: Source, @unchecked Sendable {
 func checkDescriptor(_ descriptor: Int32, operation: @autoclosure () -> String) throws(GCDError) {
   guard descriptor >= 0, fcntl(descriptor, F_GETFD) != -1 else {
     throw GCDError(operation: operation(), errno: EBADF, detail: "not an open file descriptor")
+  }
+}
+
+/// For read and write sources: throws `EBADF` unless `descriptor` is open,
+/// and `EISDIR` for a directory, which epoll cannot watch (libdispatch
+/// would accept it and the source would never fire). One `fstat`.
+func checkWatchableDescriptor(_ descriptor: Int32, operation: @autoclosure () -> String) throws(GCDError) {
+  var status = stat()
+  guard descriptor >= 0, fstat(descriptor, &status) == 0 else {
+    throw GCDError(operation: operation(), errno: EBADF, detail: "not an open file descriptor")
+  }
+  if status.st_mode & S_IFMT == S_IFDIR {
+    throw GCDError(
+      operation: operation(), errno: EISDIR,
+      detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")
   }
 }

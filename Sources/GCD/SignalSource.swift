@@ -28,9 +28,7 @@ import CGCD
 /// process is broken (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`) are rejected.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
-public final class SignalSource: Source, @unchecked Sendable {
-  public let core: SourceCore
-
+public final class SignalSource: SourceCore, Source, @unchecked Sendable {
   /// Why `signal` cannot be observed, or nil if it can (no string is built then).
   static func rejection(of signal: Int32) -> String? {
     switch signal {
@@ -64,10 +62,10 @@ public final class SignalSource: Source, @unchecked Sendable {
     if let reason = SignalSource.rejection(of: signal) {
       throw GCDError(operation: "SignalSource(signal: \(signal))", errno: EINVAL, detail: reason)
     }
-    core = try SourceCore(type: cgcd_source_type_signal(), handle: UInt(signal), mask: 0, queue: queue)
+    super.init(
+      created: try SourceCore.create(type: cgcd_source_type_signal(), handle: UInt(signal), mask: 0, queue: queue),
+      queue: queue)
   }
-
-  deinit { core.dispose() }
 
   /// The number of deliveries merged into the event being handled (`data`).
   public var count: UInt { data }

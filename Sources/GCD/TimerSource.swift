@@ -7,19 +7,16 @@ import CGCD
 /// are merged: `data` (and `fireCount`) says how many fires the event stands for.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_TIMER`.
-public final class TimerSource: Source, @unchecked Sendable {
-  public let core: SourceCore
-
+public final class TimerSource: SourceCore, Source, @unchecked Sendable {
   /// Creates a timer whose handlers run on `queue`. It does not fire until
   /// it is scheduled with `schedule(start:interval:leeway:)` and resumed.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(queue: Queue) {
     // A timer source with handle 0 and mask 0 is always accepted.
-    core = try! SourceCore(type: cgcd_source_type_timer(), handle: 0, mask: 0, queue: queue)
+    super.init(
+      created: try! SourceCore.create(type: cgcd_source_type_timer(), handle: 0, mask: 0, queue: queue), queue: queue)
   }
-
-  deinit { core.dispose() }
 
   /// Sets when the timer fires.
   ///
@@ -27,8 +24,8 @@ public final class TimerSource: Source, @unchecked Sendable {
   ///   - start: The first fire: `Deadline.now + …` counts on the monotonic
   ///     clock, `Deadline.wallClock() + …` on the wall clock.
   ///   - interval: The time between fires, or nil for a one-shot timer. It
-  ///     must be positive: a zero or negative interval stops the process
-  ///     with a message (libdispatch would fire without pause).
+  ///     must be at least 1 ns: a shorter, zero or negative interval stops
+  ///     the process with a message (libdispatch would fire without pause).
   ///   - leeway: How late the system may fire to save power.
   ///
   /// Calling it again on a running timer replaces the schedule.
@@ -40,12 +37,12 @@ public final class TimerSource: Source, @unchecked Sendable {
       let value = interval.clampedNanoseconds
       if value <= 0 {
         fatalError(
-          "GCD: TimerSource.schedule(interval: \(interval)): the interval must be positive; use nil for a one-shot timer"
-        )
+          "GCD: TimerSource.schedule(interval: \(interval)): the interval must be at least 1 nanosecond;"
+            + " use nil for a one-shot timer")
       }
       nanos = UInt64(value)
     }
-    dispatch_source_set_timer(core.raw, start.rawValue, nanos, UInt64(max(0, leeway.clampedNanoseconds)))
+    dispatch_source_set_timer(raw, start.rawValue, nanos, UInt64(max(0, leeway.clampedNanoseconds)))
   }
 
   /// The number of fires merged into the event being handled (`data`).

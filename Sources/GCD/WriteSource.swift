@@ -15,20 +15,19 @@ import CGCD
 /// error code and not the death of the process.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`.
-public final class WriteSource: Source, @unchecked Sendable {
-  public let core: SourceCore
-
+public final class WriteSource: SourceCore, Source, @unchecked Sendable {
   /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
   ///
-  /// - Throws: `GCDError` with `EBADF` when the descriptor is not open.
+  /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
+  ///   `EISDIR` for a directory.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    try checkDescriptor(fileDescriptor, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
-    core = try SourceCore(type: cgcd_source_type_write(), handle: UInt(fileDescriptor), mask: 0, queue: queue)
+    try checkWatchableDescriptor(fileDescriptor, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
+    super.init(
+      created: try SourceCore.create(
+        type: cgcd_source_type_write(), handle: UInt(fileDescriptor), mask: 0, queue: queue), queue: queue)
   }
-
-  deinit { core.dispose() }
 
   /// The watched descriptor.
   public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }

@@ -34,7 +34,9 @@ struct BadInputTests {
       timer.schedule(start: .now, interval: .seconds(-1))
     }
     let text = standardError(of: result)
-    #expect(text.contains("TimerSource.schedule(interval: -1.0 seconds): the interval must be positive"), "\(text)")
+    #expect(
+      text.contains("TimerSource.schedule(interval: -1.0 seconds): the interval must be at least 1 nanosecond"),
+      "\(text)")
   }
 }
 
@@ -70,6 +72,8 @@ private func tryEveryBadArgument() -> Never {
   childCheck(
     pollUntil { inotifyWatchCount() == 0 && !openDescriptorTargets().values.contains(existing) },
     "the warm-up source's watch or descriptor stayed")
+  let directory = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+  childCheck(directory >= 0, "could not open /tmp")
   // Descriptor numbers that were open a moment ago (none of the calls below
   // opens one that stays, so they are not reused meanwhile).
   let (closedRead, closedWrite) = makePipe()
@@ -86,6 +90,12 @@ private func tryEveryBadArgument() -> Never {
     BadCall("WriteSource(fileDescriptor: -1)", EBADF) { _ = try WriteSource(fileDescriptor: -1, queue: queue) },
     BadCall("WriteSource(fileDescriptor: \(closedWrite))", EBADF) {
       _ = try WriteSource(fileDescriptor: closedWrite, queue: queue)
+    },
+    BadCall("ReadSource(fileDescriptor: \(directory))", EISDIR, names: "use FileSystemSource") {
+      _ = try ReadSource(fileDescriptor: directory, queue: queue)
+    },
+    BadCall("WriteSource(fileDescriptor: \(directory))", EISDIR, names: "use FileSystemSource") {
+      _ = try WriteSource(fileDescriptor: directory, queue: queue)
     },
     BadCall("FileSystemSource(fileDescriptor: -1", EBADF) {
       _ = try FileSystemSource(fileDescriptor: -1, events: .write, queue: queue)

@@ -77,7 +77,9 @@ struct MisuseMatrixTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       resumeCancelledSource(.timer)
     }
-    #expect(standardError(of: result).contains("TimerSource.resume() without a matching suspend()"))
+    let text = standardError(of: result)
+    #expect(text.contains("TimerSource.resume() without a matching suspend()"))
+    #expect(text.contains("the source is cancelled"))
   }
 
   @Test("resume() after cancel() of a running ReadSource stops with a message naming the type")

@@ -191,6 +191,15 @@ struct TimerSourceTests {
       let timer = TimerSource(queue: .global())
       timer.schedule(start: .now, interval: .zero)
     }
-    #expect(standardError(of: result).contains("the interval must be positive"))
+    #expect(standardError(of: result).contains("the interval must be at least 1 nanosecond"))
+  }
+
+  @Test("an interval under 1 ns stops the process with a message")
+  func subNanosecondIntervalStops() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let timer = TimerSource(queue: .global())
+      timer.schedule(start: .now, interval: .nanoseconds(0.5))
+    }
+    #expect(standardError(of: result).contains("the interval must be at least 1 nanosecond"))
   }
 }

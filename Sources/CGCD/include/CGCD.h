@@ -92,13 +92,21 @@ typedef void (*cgcd_swift_index_fn)(intptr_t index, void *_Nullable __attribute_
 __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_t barrier,
                                           cgcd_swift_closure_fn function, void *_Nullable context);
 
+/// `cgcd_sync` for a thread with no frame, onto a queue whose work
+/// dispatch_sync runs on the calling thread (not the main queue or a queue
+/// that may target it): the frame (with no predecessor) is set around the
+/// wait instead of inside the work, and the thread's chain is empty again
+/// on return.
+__attribute__((swiftcall)) void cgcd_sync_here(void *queue, uintptr_t flags, uintptr_t barrier,
+                                               cgcd_swift_closure_fn function, void *_Nullable context);
+
 /// `dispatch_apply_f` of a non-escaping Swift `(Int) -> Void` closure, each
 /// iteration inside a frame for `queue` linked to the caller's chain.
 __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
                                            cgcd_swift_index_fn function, void *_Nullable context);
 
 /// The key under which the library records, on queues it re-targets, the
-/// target queue (its address, with bit 0 set when the target is serial).
+/// target queue (a retained `TargetLink`, released by the key's destructor).
 static inline const void *cgcd_target_key(void) {
   extern const char cgcd_target_key_storage;
   return &cgcd_target_key_storage;

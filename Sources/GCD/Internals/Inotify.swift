@@ -33,6 +33,8 @@ final class Inotify: @unchecked Sendable {
   /// state of every `InotifyWatch`.
   let table = Mutex(Table())
   let queue: Queue
+  /// The read source of `descriptor`, on `queue`; one reference, never released.
+  let reader: OpaquePointer
   /// The read buffer; used only on `queue`.
   private let buffer: UnsafeMutableRawPointer
   private static let bufferSize = 64 * 1024
@@ -63,8 +65,10 @@ final class Inotify: @unchecked Sendable {
     self.descriptor = descriptor
     queue = Queue(label: "GCD.FileSystemSource.inotify")
     buffer = UnsafeMutableRawPointer.allocate(byteCount: Inotify.bufferSize, alignment: 8)
-    // The reader is never cancelled: the instance lives as long as the process.
-    let reader = OpaquePointer(
+    // The reader is never cancelled: the instance lives as long as the
+    // process. It is kept here (libdispatch holds an active source only
+    // through a disguised pointer) so that it stays reachable to leak checkers.
+    reader = OpaquePointer(
       cgcd_source_create(cgcd_source_type_read(), UInt(descriptor), 0, queue.raw.raw).unsafelyUnwrapped)
     dispatch_source_set_event_handler(reader) { [self] in drain() }
     dispatch_activate(reader.object)
