@@ -822,6 +822,30 @@ extension QueueTests {
     queue.async { ran.signal() }
     #expect(ran.wait())
   }
+
+  @Test("a re-targeted queue keeps every target it had until it is released, then lets them all go")
+  func retargetedQueueKeepsEveryTarget() {
+    weak var first: Queue?
+    weak var second: Queue?
+    var queue: Queue? = Queue(label: "retargeted")
+    do {
+      let one = Queue(label: "first.target")
+      let two = Queue(label: "second.target")
+      first = one
+      second = two
+      queue?.setTarget(one)
+      queue?.setTarget(two)
+      queue?.setTarget(.global(.low))
+    }
+    // Dropped by the caller, replaced as targets: still alive, so that a
+    // chain walk that read an older target stays valid.
+    #expect(first != nil && second != nil)
+    let seen = queue?.sync { (queue?.isCurrent, Queue.global(.low).isCurrent, first?.isCurrent) }
+    #expect(seen?.0 == true && seen?.1 == true && seen?.2 == false)
+    queue = nil
+    // libdispatch runs the queue-specific destructor on one of its threads.
+    #expect(waitUntil { first == nil && second == nil })
+  }
 }
 
 // MARK: - Dropping a queue in any state, and misuse that must stop the process
