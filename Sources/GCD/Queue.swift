@@ -338,14 +338,11 @@ extension Queue {
   @inlinable
   func runAndWait(barrier: Bool, operation: StaticString, _ work: () -> Void) {
     let frameFlags = barrier ? frameExclusive : flags
-    // On a serial queue libdispatch's dispatch_sync_f is
-    // dispatch_barrier_sync_f (width 1): call that directly.
-    let asBarrier: UInt = barrier || flags & frameExclusive != 0 ? 1 : 0
     if isOutsideEveryChain {
-      cgcdSyncHere(raw.raw, frameFlags, asBarrier, work)
+      cgcdSyncHere(raw.raw, frameFlags, barrier ? 1 : 0, work)
     } else {
       checkReentrancySlow(barrier: barrier, operation: operation)
-      cgcdSync(raw.raw, frameFlags, asBarrier, work)
+      cgcdSync(raw.raw, frameFlags, barrier ? 1 : 0, work)
     }
   }
 

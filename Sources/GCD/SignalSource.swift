@@ -29,9 +29,19 @@ import CGCD
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
 public final class SignalSource: SourceCore, Source, @unchecked Sendable {
-  /// Why `signal` cannot be observed, or nil if it can (no string is built then).
+  /// Whether a source can observe `signal`: a signal number (1...64) other
+  /// than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and SIGFPE. Two tests.
+  @inline(__always)
+  static func isObservable(_ signal: Int32) -> Bool {
+    let unobservable: UInt64 =
+      1 << UInt64(SIGKILL - 1) | 1 << UInt64(SIGSTOP - 1) | 1 << UInt64(SIGSEGV - 1)
+      | 1 << UInt64(SIGBUS - 1) | 1 << UInt64(SIGILL - 1) | 1 << UInt64(SIGFPE - 1)
+    return signal >= 1 && signal <= 64 && unobservable & (1 << UInt64(signal - 1)) == 0
+  }
+
+  /// Why `signal` cannot be observed, or nil if it can.
   static func rejection(of signal: Int32) -> String? {
-    switch signal {
+    return switch signal {
     case SIGKILL, SIGSTOP: "\(signalName(signal)) cannot be caught or observed"
     case SIGSEGV, SIGBUS, SIGILL, SIGFPE:
       "\(signalName(signal)) means the process is broken; it cannot be observed from a queue"
@@ -41,7 +51,7 @@ public final class SignalSource: SourceCore, Source, @unchecked Sendable {
   }
 
   static func signalName(_ signal: Int32) -> String {
-    switch signal {
+    return switch signal {
     case SIGKILL: "SIGKILL"
     case SIGSTOP: "SIGSTOP"
     case SIGSEGV: "SIGSEGV"
@@ -59,7 +69,7 @@ public final class SignalSource: SourceCore, Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(signal: Int32, queue: Queue) throws(GCDError) {
-    if let reason = SignalSource.rejection(of: signal) {
+    if !SignalSource.isObservable(signal), let reason = SignalSource.rejection(of: signal) {
       throw GCDError(operation: "SignalSource(signal: \(signal))", errno: EINVAL, detail: reason)
     }
     super.init(

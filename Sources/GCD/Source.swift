@@ -123,7 +123,19 @@ extension Source {
   /// naming the source (libdispatch traps with none).
   ///
   /// The corresponding C functions are `dispatch_activate` (first start) and `dispatch_resume`.
-  public func resume() { resume(type: Self.self) }
+  @inlinable
+  public func resume() {
+    // Fast path: the first resume of a source with no start hook.
+    if onActivate == nil
+      && lifecycle.compareExchange(
+        expected: 0, desired: SourceCore.startedBit, ordering: .acquiringAndReleasing
+      ).exchanged
+    {
+      dispatch_activate(raw.object)
+      return
+    }
+    resume(type: Self.self)
+  }
 
   /// Suspends event delivery; events that arrive meanwhile are merged and
   /// delivered once after the matching `resume()`.
@@ -189,13 +201,13 @@ public class SourceCore: DispatchObject, @unchecked Sendable {
   @usableFromInline final let raw: OpaquePointer
   /// `startedBit` once the source was first resumed, plus the outstanding
   /// `suspend()` calls in units of `suspensionUnit` (balanced in `deinit`).
-  final let lifecycle: Atomic<UInt>
+  @usableFromInline final let lifecycle: Atomic<UInt>
   final let shared: Mutex<Shared>
   /// Called once when the source is first started (before activation).
-  final let onActivate: (@Sendable () -> Void)?
+  @usableFromInline final let onActivate: (@Sendable () -> Void)?
 
-  static let startedBit: UInt = 1
-  static let suspensionUnit: UInt = 2
+  @usableFromInline static let startedBit: UInt = 1
+  @usableFromInline static let suspensionUnit: UInt = 2
 
   /// The source itself (every source type is a `SourceCore`).
   public final var core: SourceCore { self }
@@ -275,6 +287,7 @@ public class SourceCore: DispatchObject, @unchecked Sendable {
 
   /// `type` names the source in the message of an unbalanced resume; it is
   /// formatted only then.
+  @usableFromInline
   final func resume(type: Any.Type) {
     var current = lifecycle.load(ordering: .relaxed)
     while true {
