@@ -108,7 +108,7 @@ public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
   public convenience init(fileDescriptor: Int32, events: FileSystemEvents, queue: Queue) throws(GCDError) {
     let operation = "FileSystemSource(fileDescriptor: \(fileDescriptor), events: \(events))"
     try FileSystemSource.check(events, operation: operation)
-    try checkDescriptor(fileDescriptor, operation: operation)
+    try checkDescriptor(fileDescriptor, rejectingDirectories: false, operation: operation)
     let descriptor = open("/proc/self/fd/\(fileDescriptor)", cgcd_o_path() | O_CLOEXEC)
     guard descriptor >= 0 else {
       throw GCDError.fromErrno(operation, detail: "cannot reopen the descriptor through /proc/self/fd")

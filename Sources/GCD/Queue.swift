@@ -81,8 +81,11 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   /// check), and the outstanding `suspend()` calls (in units of
   /// `suspensionUnit`), balanced in `deinit`.
   ///
-  /// The targets themselves are kept alive by the C queue (see `setTarget`),
-  /// so a queue costs one allocation of three words beside its C object.
+  /// The targets set with `setTarget` are kept, newest first, in a
+  /// `TargetLink` list that the C queue holds as a queue-specific value
+  /// (`cgcd_targets_key`) and that `deinit` releases: they stay alive while
+  /// the wrapper does, so a chain walk that read an older target stays
+  /// valid, and a queue that never had a target pays nothing for them.
   @usableFromInline let state: Atomic<UInt>
 
   @usableFromInline static let inactiveBit: UInt = 1
@@ -134,7 +137,7 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   }
 
   /// Takes over a queue just created (its one reference).
-  @usableFromInline
+  @inlinable
   init(created raw: OpaquePointer, flags: UInt, state: UInt) {
     self.raw = raw
     self.flags = flags
@@ -159,6 +162,9 @@ public final class Queue: DispatchObject, @unchecked Sendable {
     while outstanding > 0 {
       dispatch_resume(raw.object)
       outstanding -= 1
+    }
+    if state & Queue.customTargetBit != 0, let targets = dispatch_queue_get_specific(raw, cgcd_targets_key()) {
+      Unmanaged<TargetLink>.fromOpaque(targets).release()
     }
     cgcd_release(raw.raw)
   }
@@ -517,16 +523,14 @@ extension Queue {
         }
         next = targetLink(of: queue).0
       }
-      // The C queue keeps the link (and through it every target it ever
-      // had) until it is destroyed: a chain walk that read an older link
-      // stays valid.
-      let previous = dispatch_queue_get_specific(raw, cgcd_target_key()).map {
-        Unmanaged<TargetLink>.fromOpaque($0).takeUnretainedValue()
+      // The new link takes over the list's reference to the older ones.
+      let previous = dispatch_queue_get_specific(raw, cgcd_targets_key()).map {
+        Unmanaged<TargetLink>.fromOpaque($0).takeRetainedValue()
       }
-      let link = TargetLink(target: target, previous: previous)
-      dispatch_queue_set_specific(raw, cgcd_target_key(), Unmanaged.passRetained(link).toOpaque()) {
-        Unmanaged<TargetLink>.fromOpaque($0.unsafelyUnwrapped).release()
-      }
+      let link = Unmanaged.passRetained(TargetLink(target: target, previous: previous))
+      dispatch_queue_set_specific(raw, cgcd_targets_key(), link.toOpaque(), nil)
+      let tagged = UInt(bitPattern: target.raw.raw) | (target.flags & frameExclusive)
+      dispatch_queue_set_specific(raw, cgcd_target_key(), UnsafeMutableRawPointer(bitPattern: tagged), nil)
       state.bitwiseOr(Queue.customTargetBit, ordering: .releasing)
       dispatch_set_target_queue(raw.object, target.raw)
     }
@@ -537,11 +541,9 @@ extension Queue {
   static let settingTargets = Mutex(())
 }
 
-/// A target set by this package, recorded on the re-targeted C queue as a
-/// queue-specific value (released by libdispatch's destructor when it is
-/// replaced or the queue destroyed). Each link holds its target's wrapper
-/// (so the target's C queue, and its label for messages, stay valid) and
-/// the link it replaced.
+/// One entry of a queue's list of the targets set on it: the target's
+/// wrapper (so its C queue stays valid for chain walks) and the entry it
+/// replaced.
 final class TargetLink: @unchecked Sendable {
   let target: Queue
   let previous: TargetLink?
@@ -557,6 +559,6 @@ func targetLink(of queue: UnsafeMutableRawPointer) -> (UnsafeMutableRawPointer?,
   guard let value = dispatch_queue_get_specific(OpaquePointer(queue), cgcd_target_key()) else {
     return (nil, false)
   }
-  let target = Unmanaged<TargetLink>.fromOpaque(value).takeUnretainedValue().target
-  return (target.raw.raw, target.flags & frameExclusive != 0)
+  let bits = UInt(bitPattern: value)
+  return (UnsafeMutableRawPointer(bitPattern: bits & ~1), bits & 1 != 0)
 }

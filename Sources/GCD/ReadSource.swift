@@ -28,7 +28,8 @@ public final class ReadSource: SourceCore, Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    try checkWatchableDescriptor(fileDescriptor, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
+    try checkDescriptor(
+      fileDescriptor, rejectingDirectories: true, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
     super.init(
       created: try SourceCore.create(
         type: cgcd_source_type_read(), handle: UInt(fileDescriptor), mask: 0, queue: queue), queue: queue)
@@ -41,22 +42,18 @@ public final class ReadSource: SourceCore, Source, @unchecked Sendable {
   public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
 }
 
-/// Throws `EBADF` unless `descriptor` is an open descriptor.
-func checkDescriptor(_ descriptor: Int32, operation: @autoclosure () -> String) throws(GCDError) {
-  guard descriptor >= 0, fcntl(descriptor, F_GETFD) != -1 else {
-    throw GCDError(operation: operation(), errno: EBADF, detail: "not an open file descriptor")
-  }
-}
-
-/// For read and write sources: throws `EBADF` unless `descriptor` is open,
-/// and `EISDIR` for a directory, which epoll cannot watch (libdispatch
-/// would accept it and the source would never fire). One `fstat`.
-func checkWatchableDescriptor(_ descriptor: Int32, operation: @autoclosure () -> String) throws(GCDError) {
+/// Throws `EBADF` unless `descriptor` is an open descriptor and, with
+/// `rejectingDirectories` (read and write sources), `EISDIR` for a
+/// directory, which epoll cannot watch (libdispatch would accept it and the
+/// source would never fire). One `fstat`.
+func checkDescriptor(_ descriptor: Int32, rejectingDirectories: Bool, operation: @autoclosure () -> String)
+  throws(GCDError)
+{
   var status = stat()
   guard descriptor >= 0, fstat(descriptor, &status) == 0 else {
     throw GCDError(operation: operation(), errno: EBADF, detail: "not an open file descriptor")
   }
-  if status.st_mode & S_IFMT == S_IFDIR {
+  if rejectingDirectories && status.st_mode & S_IFMT == S_IFDIR {
     throw GCDError(
       operation: operation(), errno: EISDIR,
       detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")

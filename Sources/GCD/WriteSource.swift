@@ -23,7 +23,8 @@ public final class WriteSource: SourceCore, Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    try checkWatchableDescriptor(fileDescriptor, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
+    try checkDescriptor(
+      fileDescriptor, rejectingDirectories: true, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
     super.init(
       created: try SourceCore.create(
         type: cgcd_source_type_write(), handle: UInt(fileDescriptor), mask: 0, queue: queue), queue: queue)

@@ -106,10 +106,18 @@ __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintp
                                            cgcd_swift_index_fn function, void *_Nullable context);
 
 /// The key under which the library records, on queues it re-targets, the
-/// target queue (a retained `TargetLink`, released by the key's destructor).
+/// target queue (its address, with bit 0 set when the target is serial).
 static inline const void *cgcd_target_key(void) {
   extern const char cgcd_target_key_storage;
   return &cgcd_target_key_storage;
+}
+
+/// The key under which the library keeps, on queues it re-targets, the list
+/// of every target it set (a retained Swift object, released by the queue's
+/// wrapper when it is dropped).
+static inline const void *cgcd_targets_key(void) {
+  extern const char cgcd_targets_key_storage;
+  return &cgcd_targets_key_storage;
 }
 
 /// The key under which the library marks the main queue (value: the queue).

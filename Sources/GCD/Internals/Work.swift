@@ -53,13 +53,9 @@ struct Work {
     let memory = context.unsafelyUnwrapped
     let work = memory.assumingMemoryBound(to: Work.self).move()
     free(memory)
-    let saved = cgcd_frame_get()
-    var frame = cgcd_frame_t(queue: work.queue.raw, flags: work.flags, prev: saved)
-    withUnsafeMutablePointer(to: &frame) { frame in
-      cgcd_frame_set(frame)
-      work.body()
-      cgcd_frame_set(saved)
-    }
+    // A closure that calls the stored one: passing `work.body` itself would
+    // copy it (a retain and a release per work item).
+    withFrame(queue: work.queue, flags: work.flags, prev: cgcd_frame_get()) { work.body() }
     work.group?.leave()
   }
 }
@@ -70,16 +66,20 @@ struct Work {
 /// Runs `body` with a frame for `queue` pushed on this thread's chain, linked
 /// to `prev` (the caller's chain for `sync` and `apply`, this thread's own
 /// otherwise), and restores the thread's chain afterwards.
+///
+/// Not generic and not `rethrows`: a closure passed as `() throws -> R`
+/// would be wrapped in a reabstraction thunk, and the stored closure copied
+/// (retained and released) on every call.
 @inlinable
-func withFrame<R>(queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?, _ body: () throws -> R)
-  rethrows -> R
-{
+func withFrame(
+  queue: OpaquePointer, flags: UInt, prev: UnsafeMutablePointer<cgcd_frame_t>?, _ body: () -> Void
+) {
   let saved = cgcd_frame_get()
   var frame = cgcd_frame_t(queue: queue.raw, flags: flags, prev: prev)
-  defer { cgcd_frame_set(saved) }
-  return try withUnsafeMutablePointer(to: &frame) { frame in
+  withUnsafeMutablePointer(to: &frame) { frame in
     cgcd_frame_set(frame)
-    return try body()
+    body()
+    cgcd_frame_set(saved)
   }
 }
 
