@@ -163,21 +163,31 @@ func measure(
 
 /// Waits (outside the timed part) until the work a run left to
 /// libdispatch's threads is done: until the heap in use has stopped
-/// changing for three polls 2 ms apart, at most 2 s. A source's teardown
-/// goes on after its run returns (libdispatch unregisters a cancelled
-/// source and frees it on its own threads); without this wait one run's
-/// teardown spills into the next run, and under valgrind into no run at
-/// all, so the instruction counts of Benchmarks/callgrind.sh would not repeat.
+/// changing for three polls 2 ms apart (`GCD_BENCH_SETTLE_MS` sets the
+/// interval; Benchmarks/callgrind.sh uses 50, as threads crawl under
+/// valgrind), at most 1,000 polls. A source's teardown goes on after its
+/// run returns (libdispatch unregisters a cancelled source and frees it on
+/// its own threads); without this wait one run's teardown spills into the
+/// next run, and under valgrind into no run at all, so the instruction
+/// counts of Benchmarks/callgrind.sh would not repeat.
 func settle(_ heapInUse: (@convention(c) () -> Int)?) {
   guard let heapInUse else { return }
   var last = heapInUse()
   var stable = 0
   var polls = 0
   while stable < 3 && polls < 1_000 {
-    usleep(2_000)
+    usleep(settleInterval)
     let now = heapInUse()
     stable = now == last ? stable + 1 : 0
     last = now
     polls += 1
   }
 }
+
+/// Microseconds between two polls of `settle`.
+let settleInterval: UInt32 = {
+  guard let text = getenv("GCD_BENCH_SETTLE_MS"), let milliseconds = UInt32(String(cString: text)) else {
+    return 2_000
+  }
+  return milliseconds * 1_000
+}()

@@ -163,8 +163,10 @@ func gcdSyncF(_ count: Int) -> Sample {
 /// real code, where a queue or a source is kept; without it the optimizer
 /// promotes an unused wrapper to the stack and measures less than a
 /// program pays. `escape(nil)` after the loop releases the last one.
+/// `consuming`: the new object's reference moves into the global, as when a
+/// program stores a new queue in a property (no extra retain and release).
 @inline(never)
-func escape(_ object: AnyObject?) {
+func escape(_ object: consuming AnyObject?) {
   escaped = object
 }
 
