@@ -57,6 +57,15 @@ extern void cgcd_dispatch_barrier_sync_f(void *queue, void *context, void (*work
 extern void cgcd_dispatch_apply_f(size_t iterations, void *queue, void *context, void (*work)(void *, size_t))
     __asm__("dispatch_apply_f");
 
+// dispatch_barrier_sync_f or dispatch_sync_f, as the caller asked.
+static inline void cgcd_dispatch_sync_either(uintptr_t barrier, void *queue, void *context, void (*work)(void *)) {
+  if (barrier) {
+    cgcd_dispatch_barrier_sync_f(queue, context, work);
+  } else {
+    cgcd_dispatch_sync_f(queue, context, work);
+  }
+}
+
 struct cgcd_sync_context {
   cgcd_frame_t frame;
   cgcd_swift_closure_fn function;
@@ -78,11 +87,7 @@ __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_
       .function = function,
       .context = context,
   };
-  if (barrier) {
-    cgcd_dispatch_barrier_sync_f(queue, &sync, cgcd_sync_trampoline);
-  } else {
-    cgcd_dispatch_sync_f(queue, &sync, cgcd_sync_trampoline);
-  }
+  cgcd_dispatch_sync_either(barrier, queue, &sync, cgcd_sync_trampoline);
 }
 
 // The fast path of `sync` from outside any queue (no frame on this thread)
@@ -105,11 +110,7 @@ __attribute__((swiftcall)) void cgcd_sync_here(void *queue, uintptr_t flags, uin
   struct cgcd_closure closure = {.function = function, .context = context};
   cgcd_frame_t frame = {.queue = queue, .flags = flags, .prev = NULL};
   cgcd_current_frame = &frame;
-  if (barrier) {
-    cgcd_dispatch_barrier_sync_f(queue, &closure, cgcd_closure_trampoline);
-  } else {
-    cgcd_dispatch_sync_f(queue, &closure, cgcd_closure_trampoline);
-  }
+  cgcd_dispatch_sync_either(barrier, queue, &closure, cgcd_closure_trampoline);
   cgcd_current_frame = NULL;
 }
 
