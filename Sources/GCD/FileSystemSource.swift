@@ -69,7 +69,7 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
 public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
   /// The events the source watches (`mask`).
-  public let events: FileSystemEvents
+  public let watchedEvents: FileSystemEvents
   let watch: InotifyWatch
   /// The descriptor returned by `handle`.
   let watchedDescriptor: Int32
@@ -136,7 +136,7 @@ public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
       watch.center.unregister(watch)
       throw error
     }
-    self.events = events
+    self.watchedEvents = events
     self.watch = watch
     watchedDescriptor = handle
     super.init(
@@ -162,8 +162,10 @@ public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
 
   /// The `FileSystemEvents` flags that fired, as a raw value.
   public var data: UInt { dispatch_source_get_data(raw) }
+  /// The events that fired since the handler last ran (merged).
+  public var firedEvents: FileSystemEvents { FileSystemEvents(rawValue: data) }
   /// The events the source watches, as a raw value.
-  public var mask: UInt { events.rawValue }
+  public var mask: UInt { watchedEvents.rawValue }
   /// The descriptor given to `init(fileDescriptor:events:queue:)`, or the
   /// source's own `O_PATH` descriptor for `init(path:events:queue:)`
   /// (closed once the file is deleted or the source cancelled).

@@ -28,6 +28,9 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
   /// A signal was delivered to the process. `DISPATCH_PROC_SIGNAL` (unsupported on Linux).
   public static let signal = ProcEvents(rawValue: 0x0800_0000)
 
+  /// Every flag (only `.exit` can be watched on Linux).
+  public static let all: ProcEvents = [.exit, .fork, .exec, .signal]
+
   static let names: [(ProcEvents, String)] = [
     (.exit, ".exit"), (.fork, ".fork"), (.exec, ".exec"), (.signal, ".signal"),
   ]
@@ -57,7 +60,7 @@ public final class ProcSource: SourceCore, Source, @unchecked Sendable {
   /// The watched process.
   public let pid: pid_t
   /// The events the source watches (`mask`).
-  public let events: ProcEvents
+  public let watchedEvents: ProcEvents
   let watcher: PidWatcher
 
   /// Creates a source that watches process `pid` for `events`, with
@@ -108,7 +111,7 @@ public final class ProcSource: SourceCore, Source, @unchecked Sendable {
       throw error
     }
     self.pid = pid
-    self.events = events
+    self.watchedEvents = events
     self.watcher = watcher
     super.init(
       created: created, queue: queue, ownedCleanup: { watcher.stop() }, onActivate: { watcher.start() })
@@ -117,8 +120,10 @@ public final class ProcSource: SourceCore, Source, @unchecked Sendable {
 
   /// The `ProcEvents` bits that fired, as a raw value (`.exit`).
   public var data: UInt { dispatch_source_get_data(raw) }
+  /// The events that fired: what the event being handled reports (`.exit`).
+  public var firedEvents: ProcEvents { ProcEvents(rawValue: data) }
   /// The events the source watches, as a raw value.
-  public var mask: UInt { events.rawValue }
+  public var mask: UInt { watchedEvents.rawValue }
   /// The watched pid.
   public var handle: UInt { UInt(truncatingIfNeeded: Int(pid)) }
 }

@@ -154,6 +154,12 @@ extension Source {
   @inlinable
   public func cancel() { dispatch_source_cancel(raw) }
 
+  /// Whether the source is held back by a `suspend()` that has no `resume()` yet.
+  public var isSuspended: Bool {
+    let state = lifecycle.load(ordering: .relaxed)
+    return state >= SourceCore.suspensionUnit && dispatch_source_testcancel(raw) == 0
+  }
+
   /// Whether `cancel()` has been called.
   ///
   /// The corresponding C function is `dispatch_source_testcancel`.

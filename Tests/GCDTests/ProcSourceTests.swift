@@ -19,7 +19,7 @@ struct ProcSourceTests {
     #expect(source.pid == child)
     #expect(source.handle == UInt(child))
     #expect(source.mask == ProcEvents.exit.rawValue)
-    #expect(source.events == .exit)
+    #expect(source.watchedEvents == .exit)
     let seen = Recorder<UInt>()
     let fired = Event()
     source.setEventHandler {
