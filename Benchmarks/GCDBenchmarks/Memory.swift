@@ -153,7 +153,7 @@ struct ObjectFactory {
 func wrapperSize(_ object: AnyObject?, variant: Variant, library: CLibrary) -> Int? {
   guard let object, let usableSize = library.usableSize else { return variant == .c ? 0 : nil }
   func size(_ object: AnyObject) -> Int { usableSize(Unmanaged.passUnretained(object).toOpaque()) }
-  // A source is one object (its class derives from SourceCore); the
+  // A source is one object (its class derives from Source); the
   // handlers box it makes once closure handlers are set is not counted here
   // (the objects measured have none).
   return size(object)

@@ -2,11 +2,6 @@
 #include "CGCD.h"
 
 #include <fcntl.h>
-#include <errno.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,25 +24,6 @@ int cgcd_is_main_thread(void) {
 int cgcd_pidfd_open(int pid, unsigned int flags) { return (int)syscall(SYS_pidfd_open, pid, flags); }
 
 int cgcd_o_path(void) { return O_PATH; }
-
-// libdispatch's run-loop interface (exported for CoreFoundation): the main
-// queue's wake-up descriptor (an eventfd on Linux) and its drain function.
-extern int cgcd_main_queue_handle(void) __asm__("_dispatch_get_main_queue_handle_4CF");
-extern void cgcd_main_queue_callback(void *msg) __asm__("_dispatch_main_queue_callback_4CF");
-
-void cgcd_drain_main_queue_forever(void) {
-  int fd = cgcd_main_queue_handle();
-  for (;;) {
-    struct pollfd wait = {.fd = fd, .events = POLLIN, .revents = 0};
-    if (poll(&wait, 1, -1) < 0 && errno != EINTR) {
-      perror("GCD: dispatchMain: poll on the main queue's descriptor");
-      abort();
-    }
-    uint64_t count;
-    (void)read(fd, &count, sizeof count);  // reset the eventfd; EAGAIN is fine
-    cgcd_main_queue_callback(NULL);
-  }
-}
 
 // MARK: - sync and apply of Swift closures
 

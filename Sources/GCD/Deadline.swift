@@ -1,5 +1,3 @@
-import CDispatch
-
 /// A point in time for libdispatch: on the monotonic clock (`now`) or on the
 /// wall clock (`wallClock()`), or `forever`.
 ///
@@ -12,25 +10,30 @@ public struct Deadline: Hashable, Sendable {
   /// The `dispatch_time_t` value.
   public var rawValue: UInt64
 
+  /// A deadline from a `dispatch_time_t` value.
   @inlinable
   public init(rawValue: UInt64) { self.rawValue = rawValue }
 
   /// The current time on the monotonic clock, which does not advance while
   /// the machine sleeps. The corresponding C call is `dispatch_time(DISPATCH_TIME_NOW, 0)`.
   @inlinable
-  public static var now: Deadline { Deadline(rawValue: dispatch_time(0, 0)) }
+  public static var now: Deadline { Deadline(rawValue: Libdispatch.time(0, 0)) }
 
   /// A time that never comes. The corresponding C constant is `DISPATCH_TIME_FOREVER`.
-  public static let forever = Deadline(rawValue: ~0)
+  public static let forever = Deadline(rawValue: Libdispatch.timeForever)
 
   /// The current time on the wall clock (`gettimeofday`), which follows
   /// changes to the system clock.
   ///
   /// The corresponding C call is `dispatch_walltime(NULL, 0)`.
   @inlinable
-  public static func wallClock() -> Deadline { Deadline(rawValue: dispatch_walltime(nil, 0)) }
+  public static func wallClock() -> Deadline { Deadline(rawValue: Libdispatch.walltime(0)) }
 
   /// The wall-clock time `seconds` (and `nanoseconds`) after the Unix epoch.
+  ///
+  /// - Parameters:
+  ///   - seconds: Whole seconds since 1970-01-01 00:00:00 UTC.
+  ///   - nanoseconds: The nanoseconds past `seconds`.
   ///
   /// The corresponding C call is `dispatch_walltime(&timespec, 0)`.
   /// libdispatch returns `forever` for a time at or before the epoch; such a
@@ -38,27 +41,27 @@ public struct Deadline: Hashable, Sendable {
   /// instead (a deadline that is already due).
   public static func wallClock(secondsSinceEpoch seconds: Int, nanoseconds: Int = 0) -> Deadline {
     if seconds < 0 || (seconds == 0 && nanoseconds <= 1) { return wallClock() }
-    var spec = timespec(tv_sec: seconds, tv_nsec: nanoseconds)
-    return Deadline(rawValue: dispatch_walltime(&spec, 0))
+    return Deadline(rawValue: Libdispatch.walltime(seconds: seconds, nanoseconds: nanoseconds))
   }
 
   /// True for `forever`.
   @inlinable
-  public var isForever: Bool { rawValue == ~0 }
+  public var isForever: Bool { rawValue == Libdispatch.timeForever }
 
   /// The deadline moved by `duration` (clamped). The corresponding C function is `dispatch_time`.
   @inlinable
   public static func + (lhs: Deadline, rhs: Duration) -> Deadline {
-    Deadline(rawValue: dispatch_time(lhs.rawValue, rhs.clampedNanoseconds))
+    Deadline(rawValue: Libdispatch.time(lhs.rawValue, rhs.clampedNanoseconds))
   }
 
   /// The deadline moved back by `duration` (clamped).
   @inlinable
   public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
     let nanos = rhs.clampedNanoseconds
-    return Deadline(rawValue: dispatch_time(lhs.rawValue, nanos == .min ? .max : -nanos))
+    return Deadline(rawValue: Libdispatch.time(lhs.rawValue, nanos == .min ? .max : -nanos))
   }
 
+  /// Moves the deadline by `duration` (clamped).
   @inlinable
   public static func += (lhs: inout Deadline, rhs: Duration) { lhs = lhs + rhs }
 }
@@ -79,5 +82,5 @@ extension Duration {
 /// The deadline `timeout` from now: the form every `wait(timeout:)` uses.
 @inlinable
 func deadline(after timeout: Duration) -> UInt64 {
-  dispatch_time(0, timeout.clampedNanoseconds)
+  Libdispatch.time(0, timeout.clampedNanoseconds)
 }

@@ -1,12 +1,3 @@
-import CDispatch
-import CGCD
-
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Musl)
-  import Musl
-#endif
-
 /// The file-system events a `FileSystemSource` can watch, named after the
 /// C vnode flags (`dispatch_source_vnode_flags_t`), with the same raw values.
 ///
@@ -22,8 +13,12 @@ import CGCD
 /// | `.delete`  | `IN_ATTRIB` that dropped the link count to 0, or `IN_DELETE_SELF`      |
 /// | `.revoke`  | `IN_UNMOUNT`                                                           |
 public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConvertible {
+  /// The `dispatch_source_vnode_flags_t` bits.
   public let rawValue: UInt
 
+  /// The events with these bits.
+  ///
+  /// - Parameter rawValue: `DISPATCH_VNODE_*` bits.
   public init(rawValue: UInt) { self.rawValue = rawValue }
 
   /// The file was deleted (its last name removed). `DISPATCH_VNODE_DELETE`.
@@ -50,24 +45,25 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
     (.link, ".link"), (.rename, ".rename"), (.revoke, ".revoke"),
   ]
 
+  /// `[.write, .extend]`-style: the named flags, then any unnamed bits in hex.
   public var description: String { describeFlags(self, names: FileSystemEvents.names) }
 }
 
 /// Watches a file or directory for the changes in `FileSystemEvents`;
-/// `data` holds the flags that fired since the handler last ran, merged
-/// (ORed) exactly as a vnode source merges them.
+/// `firedEvents` holds the flags that fired since the handler last ran,
+/// merged (ORed) exactly as a vnode source merges them.
 ///
 /// The source keeps the file itself, not its name: after a rename it keeps
 /// watching the file under its new name, which `path` returns.
 ///
 /// On Linux the source is built on the process's one inotify instance
-/// (shared by every `FileSystemSource`) and an `cgcd_o_path() | O_CLOEXEC`
+/// (shared by every `FileSystemSource`) and an `O_PATH | O_CLOEXEC`
 /// descriptor on the file, which the source owns and closes exactly once:
 /// when the file is deleted, or when the source is cancelled or dropped.
 /// Events are delivered from the first `resume()`.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
-public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
+public final class FileSystemSource: Source, @unchecked Sendable {
   /// The events the source watches (`mask`).
   public let watchedEvents: FileSystemEvents
   let watch: InotifyWatch
@@ -77,22 +73,27 @@ public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
   /// Creates a source that watches the file or directory at `path` for
   /// `events`, with handlers on `queue`.
   ///
+  /// - Parameters:
+  ///   - path: The file or directory to watch.
+  ///   - events: What to watch for (not empty).
+  ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `ENOENT` (naming the path) when nothing is
   ///   there, `ENOSPC` when the per-user inotify watch limit is reached,
-  ///   `EINVAL` for an empty or unknown event set.
+  ///   `EMFILE` when the process has no descriptor left, `EINVAL` for an
+  ///   empty or unknown event set.
   ///
   /// The corresponding C functions are `open(path, O_EVTONLY)` and `dispatch_source_create`.
   public convenience init(path: String, events: FileSystemEvents, queue: Queue) throws(GCDError) {
     let operation = "FileSystemSource(path: \"\(path)\", events: \(events))"
     try FileSystemSource.check(events, operation: operation)
-    let descriptor = open(path, cgcd_o_path() | O_CLOEXEC)
-    guard descriptor >= 0 else {
-      let error = Glibc.errno
-      throw GCDError(
-        operation: operation, errno: error,
-        detail: error == ENOENT ? "nothing at \(path)" : "cannot open \(path)")
-    }
-    try self.init(pathDescriptor: descriptor, handle: descriptor, events: events, queue: queue, operation: operation)
+    let center = try Inotify.shared(operation: operation)
+    let descriptor = try checkedCall(
+      operation + ": open",
+      detail: { $0 == Errno.noSuchFileOrDirectory ? "nothing at \(path)" : "cannot open \(path)" }
+    ) { system_openPath(path) }
+    try self.init(
+      center: center, pathDescriptor: descriptor, handle: descriptor, events: events, queue: queue,
+      operation: operation)
   }
 
   /// Creates a source that watches the file `fileDescriptor` refers to for
@@ -100,58 +101,66 @@ public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
   /// source opens its own (`O_PATH`) through `/proc/self/fd`, so you may
   /// close yours at any time.
   ///
+  /// - Parameters:
+  ///   - fileDescriptor: An open descriptor on the file or directory to watch.
+  ///   - events: What to watch for (not empty).
+  ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
-  ///   `ENOSPC` when the per-user inotify watch limit is reached, `EINVAL`
-  ///   for an empty or unknown event set.
+  ///   `ENOSPC` when the per-user inotify watch limit is reached, `EMFILE`
+  ///   when the process has no descriptor left, `EINVAL` for an empty or
+  ///   unknown event set.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public convenience init(fileDescriptor: Int32, events: FileSystemEvents, queue: Queue) throws(GCDError) {
     let operation = "FileSystemSource(fileDescriptor: \(fileDescriptor), events: \(events))"
     try FileSystemSource.check(events, operation: operation)
-    try checkDescriptor(fileDescriptor, rejectingDirectories: false, operation: operation)
-    let descriptor = open("/proc/self/fd/\(fileDescriptor)", cgcd_o_path() | O_CLOEXEC)
-    guard descriptor >= 0 else {
-      throw GCDError.fromErrno(operation, detail: "cannot reopen the descriptor through /proc/self/fd")
+    guard fileDescriptor >= 0, system_fstat(fileDescriptor) != nil else {
+      throw GCDError(operation: operation, errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
     }
+    let center = try Inotify.shared(operation: operation)
+    let descriptor = try checkedCall(
+      operation + ": open", detail: { _ in "cannot reopen the descriptor through /proc/self/fd" }
+    ) { system_openPath("/proc/self/fd/\(fileDescriptor)") }
     try self.init(
-      pathDescriptor: descriptor, handle: fileDescriptor, events: events, queue: queue, operation: operation)
+      center: center, pathDescriptor: descriptor, handle: fileDescriptor, events: events, queue: queue,
+      operation: operation)
   }
 
   /// Takes over `pathDescriptor` (closed here on failure).
   private init(
-    pathDescriptor: Int32, handle: Int32, events: FileSystemEvents, queue: Queue, operation: String
+    center: Inotify, pathDescriptor: Int32, handle: Int32, events: FileSystemEvents, queue: Queue,
+    operation: String
   ) throws(GCDError) {
-    let watch: InotifyWatch
-    do {
-      watch = try Inotify.shared(operation: operation).register(
-        pathDescriptor: pathDescriptor, events: events.rawValue, operation: operation)
-    } catch {
-      close(pathDescriptor)
-      throw error
-    }
     let created: OpaquePointer
     do {
-      created = try SourceCore.create(type: cgcd_source_type_data_or(), handle: 0, mask: 0, queue: queue)
+      created = try Source.create(.dataOr, queue: queue)
     } catch {
-      watch.center.unregister(watch)
+      system_close(pathDescriptor)
       throw error
     }
-    self.watchedEvents = events
+    let watch: InotifyWatch
+    do {
+      watch = try center.register(pathDescriptor: pathDescriptor, events: events, target: created, operation: operation)
+    } catch {
+      // Never started: cancel, start and release it (a never-started source must not be released).
+      Libdispatch.source_cancel(created)
+      Libdispatch.activate(created)
+      Libdispatch.release(created)
+      throw error
+    }
+    watchedEvents = events
     self.watch = watch
     watchedDescriptor = handle
-    super.init(
-      created: created, queue: queue, ownedCleanup: { watch.center.unregister(watch) },
-      onActivate: { watch.activate() })
-    watch.setTarget(raw)
+    super.init(created: created, queue: queue, ownedCleanup: { watch.stop() }, onActivate: { watch.start() })
   }
 
   private static func check(_ events: FileSystemEvents, operation: String) throws(GCDError) {
     guard !events.isEmpty else {
-      throw GCDError(operation: operation, errno: EINVAL, detail: "no events to watch")
+      throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "no events to watch")
     }
     guard events.isSubset(of: .all) else {
       throw GCDError(
-        operation: operation, errno: EINVAL,
+        operation: operation, errno: Errno.invalidArgument,
         detail: "unknown event bits 0x\(String(events.subtracting(.all).rawValue, radix: 16))")
     }
   }
@@ -160,14 +169,12 @@ public final class FileSystemSource: SourceCore, Source, @unchecked Sendable {
   /// file is deleted or the source cancelled.
   public var path: String? { watch.path }
 
-  /// The `FileSystemEvents` flags that fired, as a raw value.
-  public var data: UInt { dispatch_source_get_data(raw) }
   /// The events that fired since the handler last ran (merged).
   public var firedEvents: FileSystemEvents { FileSystemEvents(rawValue: data) }
   /// The events the source watches, as a raw value.
-  public var mask: UInt { watchedEvents.rawValue }
+  public override var mask: UInt { watchedEvents.rawValue }
   /// The descriptor given to `init(fileDescriptor:events:queue:)`, or the
   /// source's own `O_PATH` descriptor for `init(path:events:queue:)`
   /// (closed once the file is deleted or the source cancelled).
-  public var handle: UInt { UInt(truncatingIfNeeded: Int(watchedDescriptor)) }
+  public override var handle: UInt { UInt(truncatingIfNeeded: Int(watchedDescriptor)) }
 }

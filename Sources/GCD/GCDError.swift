@@ -1,9 +1,3 @@
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Musl)
-  import Musl
-#endif
-
 /// The one error type of this package: the operation that failed and the
 /// `errno` value that says why.
 ///
@@ -16,6 +10,12 @@ public struct GCDError: Error, Hashable, Sendable, CustomStringConvertible {
   /// An explanation beyond `strerror`, when the package has one.
   public var detail: String?
 
+  /// Creates an error for `operation` that failed with `errno`.
+  ///
+  /// - Parameters:
+  ///   - operation: The Swift call that failed, with its arguments.
+  ///   - errno: The C `errno` value.
+  ///   - detail: What the package knows beyond `strerror`.
   public init(operation: String, errno: Int32, detail: String? = nil) {
     self.operation = operation
     self.errno = errno
@@ -23,25 +23,14 @@ public struct GCDError: Error, Hashable, Sendable, CustomStringConvertible {
   }
 
   /// The system's text for `errno` (`strerror`).
-  public var systemMessage: String { String(cString: strerror(errno)) }
+  public var systemMessage: String { system_strerror(errno) }
 
+  /// "operation: message (errno N, ENAME): detail".
   public var description: String {
     var text = "\(operation): \(systemMessage) (errno \(errno)"
-    if let name = GCDError.errnoNames[errno] { text += ", \(name)" }
+    if let name = Errno.names[errno] { text += ", \(name)" }
     text += ")"
     if let detail { text += ": \(detail)" }
     return text
-  }
-
-  static let errnoNames: [Int32: String] = [
-    EPERM: "EPERM", ENOENT: "ENOENT", ESRCH: "ESRCH", EINTR: "EINTR", EBADF: "EBADF",
-    EAGAIN: "EAGAIN", ENOMEM: "ENOMEM", EACCES: "EACCES", EINVAL: "EINVAL",
-    EMFILE: "EMFILE", ENFILE: "ENFILE", ENOSPC: "ENOSPC", EPIPE: "EPIPE",
-    ENOSYS: "ENOSYS", ENOTSUP: "ENOTSUP", ERANGE: "ERANGE", ENOTDIR: "ENOTDIR",
-  ]
-
-  /// An error carrying the calling thread's current `errno`.
-  static func fromErrno(_ operation: String, detail: String? = nil) -> GCDError {
-    GCDError(operation: operation, errno: Glibc.errno, detail: detail)
   }
 }

@@ -1,5 +1,3 @@
-import CDispatch
-import CGCD
 import Synchronization
 
 /// A group of work items whose completion you can wait for or be told of.
@@ -11,6 +9,9 @@ import Synchronization
 /// group's `notify` work then runs) instead of letting libdispatch trap on
 /// the release of a group in use.
 ///
+/// `Sendable`: libdispatch groups are thread-safe; the wrapper holds the
+/// immutable C pointer and, in debug builds, an atomic balance counter.
+///
 /// The corresponding C type is `dispatch_group_t`.
 public final class Group: DispatchObject, @unchecked Sendable {
   @usableFromInline let raw: OpaquePointer
@@ -20,22 +21,23 @@ public final class Group: DispatchObject, @unchecked Sendable {
     @usableFromInline let balance = Atomic<Int>(0)
   #endif
 
+  /// The C group, borrowed.
   public var unsafeObject: OpaquePointer { raw }
 
   /// Creates an empty group.
   ///
   /// The corresponding C function is `dispatch_group_create`.
   public init() {
-    raw = dispatch_group_create()
+    raw = Libdispatch.group_create()
   }
 
   deinit {
     // Every task submitted through this wrapper holds it, so what is left is
     // unmatched enter()s. dispatch_group_wait(NOW) reports whether any is.
-    while dispatch_group_wait(raw, 0) != 0 {
-      dispatch_group_leave(raw)
+    while Libdispatch.group_wait(raw, 0) != 0 {
+      Libdispatch.group_leave(raw)
     }
-    cgcd_release(raw.raw)
+    Libdispatch.release(raw)
   }
 
   /// Submits a closure to `queue` as part of the group.
@@ -45,7 +47,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   @inlinable
   public func async(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
     enter()
-    dispatch_async_f(queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags, group: self)) {
+    Libdispatch.async_f(queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags, group: self)) {
       Work.run($0)
     }
   }
@@ -62,7 +64,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   ) {
     enter()
     let work = GroupFunctionWork(group: self, context: context, function: function)
-    dispatch_async_f(queue.raw, Unmanaged.passRetained(work).toOpaque()) { GroupFunctionWork.run($0) }
+    Libdispatch.async_f(queue.raw, Unmanaged.passRetained(work).toOpaque()) { GroupFunctionWork.run($0) }
   }
 
   /// Counts a piece of work in the group explicitly; pair it with `leave()`.
@@ -73,7 +75,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
     #if DEBUG
       balance.add(1, ordering: .relaxed)
     #endif
-    dispatch_group_enter(raw)
+    Libdispatch.group_enter(raw)
   }
 
   /// Marks a piece of work counted with `enter()` as done.
@@ -89,7 +91,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
         fatalError("GCD: Group.leave() without a matching enter()")
       }
     #endif
-    dispatch_group_leave(raw)
+    Libdispatch.group_leave(raw)
   }
 
   /// Waits until every work item of the group has finished.
@@ -98,7 +100,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
   @inlinable
   public func wait() {
-    _ = dispatch_group_wait(raw, ~0)
+    _ = Libdispatch.group_wait(raw, Libdispatch.timeForever)
   }
 
   /// Waits until every work item has finished or `timeout` has passed.
@@ -109,7 +111,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
   @inlinable
   public func wait(timeout: Duration) -> Bool {
-    dispatch_group_wait(raw, deadline(after: timeout)) == 0
+    Libdispatch.group_wait(raw, deadline(after: timeout)) == 0
   }
 
   /// Waits until every work item has finished or the deadline has come.
@@ -118,7 +120,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
   @inlinable
   public func wait(deadline: Deadline) -> Bool {
-    dispatch_group_wait(raw, deadline.rawValue) == 0
+    Libdispatch.group_wait(raw, deadline.rawValue) == 0
   }
 
   /// Submits `work` to `queue` once every work item of the group has
@@ -127,7 +129,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   /// The corresponding C function is `dispatch_group_notify`.
   @inlinable
   public func notify(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
-    dispatch_group_notify_f(raw, queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags)) {
+    Libdispatch.group_notify_f(raw, queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags)) {
       Work.run($0)
     }
   }
@@ -140,6 +142,6 @@ public final class Group: DispatchObject, @unchecked Sendable {
     on queue: Queue, context: UnsafeMutableRawPointer?,
     function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    dispatch_group_notify_f(raw, queue.raw, context, function)
+    Libdispatch.group_notify_f(raw, queue.raw, context, function)
   }
 }

@@ -1,14 +1,12 @@
-import CDispatch
-import CGCD
 import Synchronization
 
 // Re-entrancy: `sync` (and `apply`) onto a queue this thread already holds
-// deadlocks, and libdispatch then kills the process with a bare SIGILL. Every
-// closure this package runs on a queue does so inside a frame (see
-// `withFrame`), linked to the frames of the code waiting for it, so the
-// current thread's chain lists every queue it is running on. The check costs
-// one thread-local load when the chain is empty and the queue has no custom
-// target: the common case of `sync` from outside any queue.
+// would deadlock (libdispatch then kills the process with a bare SIGILL).
+// Every closure this package runs on a queue runs inside a frame
+// (Internals/Frames.swift), so the current thread's chain of frames lists
+// every queue it is running on. The check costs one thread-local load when
+// the chain is empty and the queue has no custom target: the common case of
+// `sync` from outside any queue.
 
 extension Queue {
   /// Stops the process with a message when waiting on this queue from the
@@ -25,20 +23,19 @@ extension Queue {
   /// deadlock, and `dispatch_sync` runs its work on this thread.
   @inlinable
   var isOutsideEveryChain: Bool {
-    cgcd_frame_get() == nil && flags & Queue.mainFlag == 0
-      && state.load(ordering: .relaxed) & Queue.customTargetBit == 0
+    hasNoFrame && flags & Queue.mainFlag == 0 && !state.load(ordering: .relaxed).isRetargeted
   }
 
   @usableFromInline
   func checkReentrancySlow(barrier: Bool, operation: StaticString) {
     if let conflict = deadlockingQueue(barrier: barrier) {
-      let culprit = String(cString: dispatch_queue_get_label(OpaquePointer(conflict)))
+      let culprit = String(cString: Libdispatch.queue_get_label(conflict))
       let how =
-        if conflict == Queue.main.raw.raw && cgcd_is_main_thread() != 0 {
-          conflict == raw.raw
+        if conflict == Queue.main.raw && Libdispatch.isMainThread {
+          conflict == raw
             ? "only the main thread drains the main queue, and this is the main thread"
             : "it runs through the main queue, which only the main thread drains, and this is the main thread"
-        } else if conflict == raw.raw {
+        } else if conflict == raw {
           "the current thread is already running on it"
         } else {
           "it runs through queue '\(culprit)', which the current thread is already running on"
@@ -50,11 +47,11 @@ extension Queue {
 
   /// The queue of this queue's chain that the current thread holds in a way
   /// that makes waiting on this queue impossible, if any.
-  func deadlockingQueue(barrier: Bool) -> UnsafeMutableRawPointer? {
-    let mainQueue = Queue.main.raw.raw
-    var found: UnsafeMutableRawPointer?
-    forEachInChain(raw.raw, exclusive: barrier || flags & frameExclusive != 0) { needed, neededExclusive in
-      if needed == mainQueue && (cgcd_is_main_thread() != 0 || Queue.isOnMainQueue) {
+  func deadlockingQueue(barrier: Bool) -> OpaquePointer? {
+    let mainQueue = Queue.main.raw
+    var found: OpaquePointer?
+    forEachInChain(raw, exclusive: barrier || flags & frameExclusive != 0) { needed, neededExclusive in
+      if needed == mainQueue && (Libdispatch.isMainThread || Queue.isOnMainQueue) {
         // The main queue is drained only by the main thread (or, after
         // dispatch_main, by one worker at a time); a thread that waits for it
         // while being that drainer, or while on the main thread outside
@@ -62,20 +59,17 @@ extension Queue {
         found = needed
         return false
       }
-      var frame = cgcd_frame_get()
-      while let current = frame {
-        forEachInChain(current.pointee.queue!, exclusive: current.pointee.flags & frameExclusive != 0) {
-          held, heldExclusive in
+      forEachFrame { frameQueue, frameExclusive in
+        forEachInChain(frameQueue, exclusive: frameExclusive) { held, heldExclusive in
           if held == needed && (neededExclusive || heldExclusive) {
             found = needed
             return false
           }
           return true
         }
-        if found != nil { return false }
-        frame = current.pointee.prev
+        return found == nil
       }
-      return true
+      return found == nil
     }
     return found
   }
@@ -88,39 +82,34 @@ extension Queue {
   /// answered without trapping.
   public var isCurrent: Bool {
     if flags & Queue.mainFlag != 0 && Queue.isOnMainQueue { return true }
-    var frame = cgcd_frame_get()
-    while let current = frame {
-      var found = false
-      forEachInChain(current.pointee.queue!, exclusive: false) { held, _ in
-        found = held == raw.raw
+    var found = false
+    forEachFrame { frameQueue, _ in
+      forEachInChain(frameQueue, exclusive: false) { held, _ in
+        found = held == raw
         return !found
       }
-      if found { return true }
-      frame = current.pointee.prev
+      return !found
     }
-    return false
+    return found
   }
 }
 
 extension Queue {
   /// Whether the current work item runs on the main queue or on a queue
   /// that targets it, however it was submitted (libdispatch's own record).
-  static var isOnMainQueue: Bool { dispatch_get_specific(cgcd_main_queue_key()) != nil }
+  static var isOnMainQueue: Bool { Libdispatch.get_specific(Libdispatch.mainQueueKey) != nil }
 
   /// Whether the calling thread is the process's main thread (the thread
   /// whose id is the process id), the only thread that drains `Queue.main`
   /// in `dispatchMain()`.
-  public static var isMainThread: Bool { cgcd_is_main_thread() != 0 }
+  public static var isMainThread: Bool { Libdispatch.isMainThread }
 }
 
 /// Calls `body` with `queue` and each queue of its target chain (as far as
 /// this package set the targets), with whether each is held exclusively,
 /// until `body` returns false.
-func forEachInChain(
-  _ queue: UnsafeMutableRawPointer, exclusive: Bool,
-  _ body: (UnsafeMutableRawPointer, Bool) -> Bool
-) {
-  var link: UnsafeMutableRawPointer? = queue
+func forEachInChain(_ queue: OpaquePointer, exclusive: Bool, _ body: (OpaquePointer, Bool) -> Bool) {
+  var link: OpaquePointer? = queue
   var linkExclusive = exclusive
   var depth = 0
   while let current = link, depth < 64 {
@@ -141,8 +130,8 @@ func forEachInChain(
 ///
 /// The corresponding C function is `dispatch_main`.
 public func dispatchMain() -> Never {
-  if cgcd_is_main_thread() == 0 {
+  if !Libdispatch.isMainThread {
     fatalError("GCD: dispatchMain() must be called on the main thread")
   }
-  cgcd_drain_main_queue_forever()
+  Libdispatch.drainMainQueueForever()
 }

@@ -1,10 +1,9 @@
-import CDispatch
-
 extension Queue {
   /// A typed key for values stored on queues with `setSpecific`.
   ///
   /// Each key object is its own identity: two keys never collide.
   public final class SpecificKey<Value: Sendable>: Sendable {
+    /// Creates a new key, distinct from every other.
     public init() {}
 
     @usableFromInline
@@ -17,19 +16,25 @@ extension Queue {
   /// destroyed. Do not replace a value while another thread may be reading
   /// it (libdispatch releases the old one at once).
   ///
+  /// - Parameters:
+  ///   - key: The key to store the value under.
+  ///   - value: The value, or nil to remove it.
+  ///
   /// The corresponding C function is `dispatch_queue_set_specific`.
   public func setSpecific<Value>(_ key: SpecificKey<Value>, _ value: Value?) {
     let boxed = value.map { Unmanaged.passRetained(SpecificBox($0)).toOpaque() }
-    dispatch_queue_set_specific(raw, key.pointer, boxed) { box in
+    Libdispatch.queue_set_specific(raw, key.pointer, boxed) { box in
       if let box { Unmanaged<AnyObject>.fromOpaque(box).release() }
     }
   }
 
   /// The value stored on this queue under `key` (not on its targets).
   ///
+  /// - Parameter key: The key the value was stored under.
+  ///
   /// The corresponding C function is `dispatch_queue_get_specific`.
   public func getSpecific<Value>(_ key: SpecificKey<Value>) -> Value? {
-    guard let box = dispatch_queue_get_specific(raw, key.pointer) else { return nil }
+    guard let box = Libdispatch.queue_get_specific(raw, key.pointer) else { return nil }
     return Unmanaged<SpecificBox<Value>>.fromOpaque(box).takeUnretainedValue().value
   }
 
@@ -37,9 +42,11 @@ extension Queue {
   /// on, or on the first queue of its target chain that has one; nil
   /// outside any queue.
   ///
+  /// - Parameter key: The key the value was stored under.
+  ///
   /// The corresponding C function is `dispatch_get_specific`.
   public static func currentSpecific<Value>(_ key: SpecificKey<Value>) -> Value? {
-    guard let box = dispatch_get_specific(key.pointer) else { return nil }
+    guard let box = Libdispatch.get_specific(key.pointer) else { return nil }
     return Unmanaged<SpecificBox<Value>>.fromOpaque(box).takeUnretainedValue().value
   }
 }

@@ -1,5 +1,3 @@
-import CDispatch
-import CGCD
 import Synchronization
 
 /// A dispatch queue: a FIFO of work items run serially or concurrently on
@@ -11,6 +9,9 @@ import Synchronization
 /// before the release, so queued work still runs and libdispatch never sees
 /// the release of an inactive or suspended queue (which it punishes with a
 /// trap).
+///
+/// `Sendable`: libdispatch queues are thread-safe, and the wrapper's state
+/// is immutable or atomic.
 ///
 /// The corresponding C type is `dispatch_queue_t`.
 public final class Queue: DispatchObject, @unchecked Sendable {
@@ -54,19 +55,32 @@ public final class Queue: DispatchObject, @unchecked Sendable {
     /// The relative priority inside the class, from -15 to 0.
     public var relativePriority: Int32
 
+    /// A class from its `qos_class_t` value.
+    ///
+    /// - Parameters:
+    ///   - rawClass: The `qos_class_t` value (`QOS_CLASS_*`).
+    ///   - relativePriority: The priority inside the class, from -15 to 0.
     public init(rawClass: UInt32, relativePriority: Int32 = 0) {
       self.rawClass = rawClass
       self.relativePriority = relativePriority
     }
 
+    /// Work the user is waiting on to interact (`QOS_CLASS_USER_INTERACTIVE`).
     public static let userInteractive = QoS(rawClass: 0x21)
+    /// Work the user started and waits for (`QOS_CLASS_USER_INITIATED`).
     public static let userInitiated = QoS(rawClass: 0x19)
+    /// The default class (`QOS_CLASS_DEFAULT`).
     public static let `default` = QoS(rawClass: 0x15)
+    /// Long-running work the user knows of (`QOS_CLASS_UTILITY`).
     public static let utility = QoS(rawClass: 0x11)
+    /// Work the user does not see (`QOS_CLASS_BACKGROUND`).
     public static let background = QoS(rawClass: 0x09)
+    /// No class: inherit the target's (`QOS_CLASS_UNSPECIFIED`).
     public static let unspecified = QoS(rawClass: 0)
 
     /// The same class with another relative priority (clamped to -15...0).
+    ///
+    /// - Parameter priority: The priority inside the class.
     public func relative(_ priority: Int32) -> QoS {
       QoS(rawClass: rawClass, relativePriority: min(0, max(-15, priority)))
     }
@@ -75,28 +89,23 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   @usableFromInline let raw: OpaquePointer
   /// `frameExclusive` for serial queues, plus `Queue.globalFlag` / `mainFlag`.
   @usableFromInline let flags: UInt
-  /// One word of mutable state: `inactiveBit` while a queue created
-  /// inactive waits for `activate()`, `customTargetBit` once this package
-  /// set a target (`sync` then walks the target chain in its re-entrancy
-  /// check), and the outstanding `suspend()` calls (in units of
-  /// `suspensionUnit`), balanced in `deinit`.
+  /// The life cycle (inactive, active, suspended(n)), balanced in
+  /// `deinit`, and whether this package set a target (`sync` then walks
+  /// the target chain in its re-entrancy check).
   ///
   /// The targets set with `setTarget` are kept, newest first, in a
   /// `TargetLink` list that the C queue holds as a queue-specific value
-  /// (`cgcd_targets_key`) and that `deinit` releases: they stay alive while
-  /// the wrapper does, so a chain walk that read an older target stays
-  /// valid, and a queue that never had a target pays nothing for them.
-  @usableFromInline let state: Atomic<UInt>
-
-  @usableFromInline static let inactiveBit: UInt = 1
-  @usableFromInline static let customTargetBit: UInt = 2
-  @usableFromInline static let suspensionUnit: UInt = 4
+  /// (`Libdispatch.targetsKey`) and that `deinit` releases: they stay alive
+  /// while the wrapper does, so a chain walk that read an older target
+  /// stays valid, and a queue that never had a target pays nothing for them.
+  @usableFromInline let state: Atomic<Lifecycle>
 
   @usableFromInline static let globalFlag: UInt = 2
   @usableFromInline static let mainFlag: UInt = 4
   /// Created with `initiallyInactive`: libdispatch forbids re-targeting it once active.
   @usableFromInline static let createdInactiveFlag: UInt = 8
 
+  /// The C queue, borrowed.
   public var unsafeObject: OpaquePointer { raw }
 
   /// Creates a queue.
@@ -120,17 +129,17 @@ public final class Queue: DispatchObject, @unchecked Sendable {
     label: String, kind: Kind = .serial, qos: QoS = .unspecified, target: Queue? = nil,
     initiallyInactive: Bool = false
   ) {
-    var attr: OpaquePointer? = kind == .concurrent ? OpaquePointer(cgcd_queue_attr_concurrent()) : nil
+    var attr: OpaquePointer? = kind == .concurrent ? Libdispatch.queue_attr_concurrent : nil
     if qos != .unspecified {
-      attr = dispatch_queue_attr_make_with_qos_class(attr, qos.rawClass, qos.relativePriority)
+      attr = Libdispatch.queue_attr_make_with_qos_class(attr, qos.rawClass, qos.relativePriority)
     }
     if initiallyInactive {
-      attr = dispatch_queue_attr_make_initially_inactive(attr)
+      attr = Libdispatch.queue_attr_make_initially_inactive(attr)
     }
     self.init(
-      created: label.withCString { dispatch_queue_create($0, attr) },
+      created: label.withCString { Libdispatch.queue_create($0, attr) },
       flags: (kind == .serial ? frameExclusive : 0) | (initiallyInactive ? Queue.createdInactiveFlag : 0),
-      state: initiallyInactive ? Queue.inactiveBit : 0)
+      state: initiallyInactive ? .inactive : .active)
     if let target {
       setTarget(target)
     }
@@ -138,7 +147,7 @@ public final class Queue: DispatchObject, @unchecked Sendable {
 
   /// Takes over a queue just created (its one reference).
   @inlinable
-  init(created raw: OpaquePointer, flags: UInt, state: UInt) {
+  init(created raw: OpaquePointer, flags: UInt, state: Lifecycle) {
     self.raw = raw
     self.flags = flags
     self.state = Atomic(state)
@@ -148,46 +157,41 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   init(unownedGlobal raw: OpaquePointer, flags: UInt) {
     self.raw = raw
     self.flags = flags
-    self.state = Atomic(0)
+    self.state = Atomic(.active)
   }
 
   deinit {
     if flags & Queue.globalFlag != 0 { return }
     // The last reference: nothing else can change the state now.
-    let state = state.load(ordering: .acquiring)
-    if state & Queue.inactiveBit != 0 {
-      dispatch_activate(raw.object)
-    }
-    var outstanding = state / Queue.suspensionUnit
-    while outstanding > 0 {
-      dispatch_resume(raw.object)
-      outstanding -= 1
-    }
-    if state & Queue.customTargetBit != 0, let targets = dispatch_queue_get_specific(raw, cgcd_targets_key()) {
+    var state = state.load(ordering: .acquiring)
+    let retargeted = state.isRetargeted
+    state.drop().perform(on: raw)
+    if retargeted, let targets = Libdispatch.queue_get_specific(raw, Libdispatch.targetsKey) {
       Unmanaged<TargetLink>.fromOpaque(targets).release()
     }
-    cgcd_release(raw.raw)
+    Libdispatch.release(raw)
   }
 
   /// The serial queue bound to the main thread, drained by `dispatchMain()`.
   ///
   /// The corresponding C function is `dispatch_get_main_queue`.
   public static let main: Queue = {
-    let main = Queue(unownedGlobal: dispatch_get_main_queue(), flags: globalFlag | mainFlag | frameExclusive)
+    let main = Queue(unownedGlobal: Libdispatch.get_main_queue(), flags: globalFlag | mainFlag | frameExclusive)
     // Marks the main queue so that work running on it (or on a queue that
     // targets it) is recognised even when it was not submitted through this
     // package: Swift's main actor, for one, runs main-queue work on worker
     // threads after an async main parks the main thread in dispatch_main.
-    dispatch_queue_set_specific(main.raw, cgcd_main_queue_key(), main.raw.raw, nil)
+    Libdispatch.queue_set_specific(main.raw, Libdispatch.mainQueueKey, UnsafeMutableRawPointer(main.raw), nil)
     return main
   }()
 
   private static let globals: [Queue] = Priority.allCases.map {
-    Queue(unownedGlobal: dispatch_get_global_queue($0.identifier, 0), flags: globalFlag)
+    Queue(unownedGlobal: Libdispatch.get_global_queue($0.identifier), flags: globalFlag)
   }
 
   /// A global concurrent queue of the given priority.
   ///
+  /// - Parameter priority: The priority band (`.default` unless given).
   /// The corresponding C function is `dispatch_get_global_queue`.
   public static func global(_ priority: Priority = .default) -> Queue {
     switch priority {
@@ -201,7 +205,7 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   /// The label given at creation ("" for none).
   ///
   /// The corresponding C function is `dispatch_queue_get_label`.
-  public var label: String { String(cString: dispatch_queue_get_label(raw)) }
+  public var label: String { String(cString: Libdispatch.queue_get_label(raw)) }
 
   /// Whether the queue runs one work item at a time.
   public var kind: Kind { flags & frameExclusive != 0 ? .serial : .concurrent }
@@ -212,8 +216,7 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_queue_get_qos_class`.
   public var qos: QoS {
-    var relative: Int32 = 0
-    let qosClass = dispatch_queue_get_qos_class(raw, &relative)
+    let (qosClass, relative) = Libdispatch.queue_get_qos_class(raw)
     return QoS(rawClass: qosClass, relativePriority: relative)
   }
 
@@ -230,7 +233,7 @@ extension Queue {
   /// `dispatch_async_f` with the closure as context).
   @inlinable
   public func async(_ work: @escaping @Sendable () -> Void) {
-    dispatch_async_f(raw, Work.context(work, queue: raw, flags: flags)) { Work.run($0) }
+    Libdispatch.async_f(raw, Work.context(work, queue: raw, flags: flags)) { Work.run($0) }
   }
 
   /// Submits a barrier closure: on a concurrent queue it waits for the
@@ -239,7 +242,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_barrier_async`.
   @inlinable
   public func asyncBarrier(_ work: @escaping @Sendable () -> Void) {
-    dispatch_barrier_async_f(raw, Work.context(work, queue: raw, flags: frameExclusive)) {
+    Libdispatch.barrier_async_f(raw, Work.context(work, queue: raw, flags: frameExclusive)) {
       Work.run($0)
     }
   }
@@ -251,7 +254,7 @@ extension Queue {
   public func async(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    dispatch_async_f(raw, context, function)
+    Libdispatch.async_f(raw, context, function)
   }
 
   /// Submits a C function and its context as a barrier.
@@ -261,7 +264,7 @@ extension Queue {
   public func asyncBarrier(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    dispatch_barrier_async_f(raw, context, function)
+    Libdispatch.barrier_async_f(raw, context, function)
   }
 
   /// Runs a closure on the queue and waits for it; returns its result or
@@ -312,7 +315,7 @@ extension Queue {
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
     checkReentrancy(barrier: false, operation: "sync")
-    dispatch_sync_f(raw, context, function)
+    Libdispatch.sync_f(raw, context, function)
   }
 
   /// Runs a C function with its context as a barrier and waits for it.
@@ -323,7 +326,7 @@ extension Queue {
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
     checkReentrancy(barrier: true, operation: "syncBarrier")
-    dispatch_barrier_sync_f(raw, context, function)
+    Libdispatch.barrier_sync_f(raw, context, function)
   }
 
   @inlinable
@@ -345,10 +348,10 @@ extension Queue {
   func runAndWait(barrier: Bool, operation: StaticString, _ work: () -> Void) {
     let frameFlags = barrier ? frameExclusive : flags
     if isOutsideEveryChain {
-      cgcdSyncHere(raw.raw, frameFlags, barrier ? 1 : 0, work)
+      cgcdSyncHere(UnsafeMutableRawPointer(raw), frameFlags, barrier ? 1 : 0, work)
     } else {
       checkReentrancySlow(barrier: barrier, operation: operation)
-      cgcdSync(raw.raw, frameFlags, barrier ? 1 : 0, work)
+      cgcdSync(UnsafeMutableRawPointer(raw), frameFlags, barrier ? 1 : 0, work)
     }
   }
 
@@ -368,7 +371,7 @@ extension Queue {
   public func after(deadline: Deadline, _ work: @escaping @Sendable () -> Void) {
     // libdispatch ignores a FOREVER deadline; do not box (and so leak) the closure.
     if deadline.isForever { return }
-    dispatch_after_f(deadline.rawValue, raw, Work.context(work, queue: raw, flags: flags)) {
+    Libdispatch.after_f(deadline.rawValue, raw, Work.context(work, queue: raw, flags: flags)) {
       Work.run($0)
     }
   }
@@ -381,7 +384,7 @@ extension Queue {
     deadline: Deadline, context: UnsafeMutableRawPointer?,
     function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    dispatch_after_f(deadline.rawValue, raw, context, function)
+    Libdispatch.after_f(deadline.rawValue, raw, context, function)
   }
 
   /// Runs `body` for every index in `0..<iterations`, concurrently on this
@@ -399,7 +402,7 @@ extension Queue {
   public func apply(_ iterations: Int, _ body: @Sendable (Int) -> Void) {
     precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
     checkReentrancy(barrier: false, operation: "apply")
-    cgcdApply(iterations, raw.raw, flags, body)
+    cgcdApply(iterations, UnsafeMutableRawPointer(raw), flags, body)
   }
 
   /// Calls a C function `iterations` times with the context and the index.
@@ -412,36 +415,9 @@ extension Queue {
   ) {
     precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
     checkReentrancy(barrier: false, operation: "apply")
-    dispatch_apply_f(iterations, raw, context, function)
+    Libdispatch.apply_f(iterations, raw, context, function)
   }
 }
-
-// `sync` and `apply` hand their non-escaping closure to C as the two words
-// Swift passes for any closure argument (function, context): `cgcd_sync` and
-// `cgcd_apply` (CGCD.c) are Swift-calling-convention C functions that call
-// the closure back with its context in the Swift context register. This is
-// the one way found to run a non-escaping closure through `dispatch_sync_f`
-// without an allocation: `withoutActuallyEscaping` allocates a wrapper per
-// call (measured: 1 allocation, ~4x the C call), and a closure-to-block
-// conversion copies the block. It needs `@_silgen_name` (underscored) to
-// declare the C functions with Swift's calling convention; the layout it
-// relies on (a closure argument is its function and its context, and the
-// function takes the context as `swiftself`) is Swift's stable ABI. The
-// QueueTests and ReentrancyTests suites exercise both paths (results,
-// thrown errors, captured state, nesting, frames).
-
-@usableFromInline
-@_silgen_name("cgcd_sync")
-func cgcdSync(_ queue: UnsafeMutableRawPointer, _ flags: UInt, _ barrier: UInt, _ body: () -> Void)
-
-@usableFromInline
-@_silgen_name("cgcd_sync_here")
-func cgcdSyncHere(_ queue: UnsafeMutableRawPointer, _ flags: UInt, _ barrier: UInt, _ body: () -> Void)
-
-@usableFromInline
-@_silgen_name("cgcd_apply")
-func cgcdApply(
-  _ iterations: Int, _ queue: UnsafeMutableRawPointer, _ flags: UInt, _ body: @Sendable (Int) -> Void)
 
 // MARK: - Suspension, activation, targets
 
@@ -457,8 +433,8 @@ extension Queue {
   /// The corresponding C function is `dispatch_suspend`.
   public func suspend() {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be suspended") }
-    state.add(Queue.suspensionUnit, ordering: .acquiringAndReleasing)
-    dispatch_suspend(raw.object)
+    Libdispatch.suspend(raw)
+    state.update { $0.suspend() }.perform(on: raw)
   }
 
   /// Resumes a queue suspended with `suspend()`.
@@ -469,35 +445,24 @@ extension Queue {
   /// The corresponding C function is `dispatch_resume`.
   public func resume() {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be resumed") }
-    var current = state.load(ordering: .relaxed)
-    while true {
-      if current < Queue.suspensionUnit {
-        fatalError("GCD: Queue '\(label)': resume() without a matching suspend()")
-      }
-      let (exchanged, original) = state.compareExchange(
-        expected: current, desired: current - Queue.suspensionUnit, ordering: .acquiringAndReleasing)
-      if exchanged { break }
-      current = original
+    state.update { $0.resume(starts: false) }.perform(on: raw) { _ in
+      fatalError("GCD: Queue '\(label)': resume() without a matching suspend()")
     }
-    dispatch_resume(raw.object)
   }
 
   /// How many `suspend()` calls have no `resume()` yet.
-  public var suspensionCount: Int { Int(state.load(ordering: .relaxed) / Queue.suspensionUnit) }
+  public var suspensionCount: Int { Int(state.load(ordering: .relaxed).suspensions) }
 
   /// Activates a queue created with `initiallyInactive: true`; its queued
   /// work starts. Calling it again, or on an active queue, does nothing.
   ///
   /// The corresponding C function is `dispatch_activate`.
   public func activate() {
-    let (original, _) = state.bitwiseAnd(~Queue.inactiveBit, ordering: .acquiringAndReleasing)
-    if original & Queue.inactiveBit != 0 {
-      dispatch_activate(raw.object)
-    }
+    state.update { $0.activate() }.perform(on: raw)
   }
 
   /// Whether the queue is active (not created inactive, or activated since).
-  public var isActive: Bool { state.load(ordering: .acquiring) & Queue.inactiveBit == 0 }
+  public var isActive: Bool { state.load(ordering: .acquiring).isActive }
 
   /// Funnels this queue's work through `target`: work items of both still
   /// run one at a time if `target` is serial, and at `target`'s priority.
@@ -508,6 +473,8 @@ extension Queue {
   /// target itself or a queue that (through its targets) targets it, and
   /// global queues cannot be re-targeted; each stops with a message.
   ///
+  /// - Parameter target: The queue to run this queue's work through.
+  ///
   /// The corresponding C function is `dispatch_set_target_queue`.
   public func setTarget(_ target: Queue) {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; its target cannot be changed") }
@@ -516,23 +483,23 @@ extension Queue {
         "GCD: Queue '\(label)' was created inactive and has been activated; libdispatch fixes its target at activation")
     }
     Queue.settingTargets.withLock { _ in
-      var next: UnsafeMutableRawPointer? = target.raw.raw
+      var next: OpaquePointer? = target.raw
       while let queue = next {
-        if queue == raw.raw {
+        if queue == raw {
           fatalError("GCD: Queue '\(label)': setTarget('\(target.label)') would make a cycle of targets")
         }
         next = targetLink(of: queue).0
       }
       // The new link takes over the list's reference to the older ones.
-      let previous = dispatch_queue_get_specific(raw, cgcd_targets_key()).map {
+      let previous = Libdispatch.queue_get_specific(raw, Libdispatch.targetsKey).map {
         Unmanaged<TargetLink>.fromOpaque($0).takeRetainedValue()
       }
       let link = Unmanaged.passRetained(TargetLink(target: target, previous: previous))
-      dispatch_queue_set_specific(raw, cgcd_targets_key(), link.toOpaque(), nil)
-      let tagged = UInt(bitPattern: target.raw.raw) | (target.flags & frameExclusive)
-      dispatch_queue_set_specific(raw, cgcd_target_key(), UnsafeMutableRawPointer(bitPattern: tagged), nil)
-      state.bitwiseOr(Queue.customTargetBit, ordering: .releasing)
-      dispatch_set_target_queue(raw.object, target.raw)
+      Libdispatch.queue_set_specific(raw, Libdispatch.targetsKey, link.toOpaque(), nil)
+      let tagged = UInt(bitPattern: UnsafeMutableRawPointer(target.raw)) | (target.flags & frameExclusive)
+      Libdispatch.queue_set_specific(raw, Libdispatch.targetKey, UnsafeMutableRawPointer(bitPattern: tagged), nil)
+      _ = state.update { $0.retarget() }
+      Libdispatch.set_target_queue(raw, target.raw)
     }
   }
 
@@ -555,10 +522,10 @@ final class TargetLink: @unchecked Sendable {
 }
 
 /// The target this package recorded on `queue`, and whether it is serial.
-func targetLink(of queue: UnsafeMutableRawPointer) -> (UnsafeMutableRawPointer?, Bool) {
-  guard let value = dispatch_queue_get_specific(OpaquePointer(queue), cgcd_target_key()) else {
+func targetLink(of queue: OpaquePointer) -> (OpaquePointer?, Bool) {
+  guard let value = Libdispatch.queue_get_specific(queue, Libdispatch.targetKey) else {
     return (nil, false)
   }
   let bits = UInt(bitPattern: value)
-  return (UnsafeMutableRawPointer(bitPattern: bits & ~1), bits & 1 != 0)
+  return (OpaquePointer(bitPattern: bits & ~1), bits & 1 != 0)
 }

@@ -1,12 +1,3 @@
-import CDispatch
-import CGCD
-
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Musl)
-  import Musl
-#endif
-
 /// Fires when a descriptor has data to read (or has reached end of file).
 ///
 /// The descriptor stays yours: close it in the cancel handler, after the
@@ -20,19 +11,20 @@ import CGCD
 /// source; read until `read` returns 0 and cancel then.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ`.
-public final class ReadSource: SourceCore, Source, @unchecked Sendable {
+public final class ReadSource: Source, @unchecked Sendable {
   /// Creates a read source for `fileDescriptor` whose handlers run on `queue`.
   ///
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
   ///   `EISDIR` for a directory.
   ///
   /// The corresponding C function is `dispatch_source_create`.
+  /// - Parameters:
+  ///   - fileDescriptor: The descriptor to watch; it stays yours.
+  ///   - queue: The queue the handlers run on.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    try checkDescriptor(
-      fileDescriptor, rejectingDirectories: true, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
+    let operation = "ReadSource(fileDescriptor: \(fileDescriptor))"
     super.init(
-      created: try SourceCore.create(
-        type: cgcd_source_type_read(), handle: UInt(fileDescriptor), mask: 0, queue: queue), queue: queue)
+      created: try Source.create(descriptor: fileDescriptor, .read, queue: queue, operation: operation), queue: queue)
   }
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.
@@ -40,22 +32,4 @@ public final class ReadSource: SourceCore, Source, @unchecked Sendable {
 
   /// The watched descriptor.
   public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
-}
-
-/// Throws `EBADF` unless `descriptor` is an open descriptor and, with
-/// `rejectingDirectories` (read and write sources), `EISDIR` for a
-/// directory, which epoll cannot watch (libdispatch would accept it and the
-/// source would never fire). One `fstat`.
-func checkDescriptor(_ descriptor: Int32, rejectingDirectories: Bool, operation: @autoclosure () -> String)
-  throws(GCDError)
-{
-  var status = stat()
-  guard descriptor >= 0, fstat(descriptor, &status) == 0 else {
-    throw GCDError(operation: operation(), errno: EBADF, detail: "not an open file descriptor")
-  }
-  if rejectingDirectories && status.st_mode & S_IFMT == S_IFDIR {
-    throw GCDError(
-      operation: operation(), errno: EISDIR,
-      detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")
-  }
 }

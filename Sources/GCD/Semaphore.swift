@@ -1,12 +1,3 @@
-import CDispatch
-import CGCD
-
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Musl)
-  import Musl
-#endif
-
 /// A counting semaphore.
 ///
 /// libdispatch traps when a semaphore is released while its count is below
@@ -16,10 +7,14 @@ import CGCD
 /// (That costs one `dispatch_semaphore_signal` per unit of the starting
 /// value, once, at creation.)
 ///
+/// `Sendable`: libdispatch semaphores are thread-safe, and the wrapper's
+/// only state is the immutable C pointer.
+///
 /// The corresponding C type is `dispatch_semaphore_t`.
 public final class Semaphore: DispatchObject, @unchecked Sendable {
   @usableFromInline let raw: OpaquePointer
 
+  /// The C semaphore, borrowed.
   public var unsafeObject: OpaquePointer { raw }
 
   /// Creates a semaphore with `value` units available.
@@ -27,20 +22,21 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   /// - Throws: `GCDError` with `EINVAL` when `value` is negative.
   ///
   /// The corresponding C function is `dispatch_semaphore_create`.
+  /// - Parameter value: The units available at the start, zero or more.
   public init(value: Int) throws(GCDError) {
     guard value >= 0 else {
       throw GCDError(
-        operation: "Semaphore(value: \(value))", errno: EINVAL,
+        operation: "Semaphore(value: \(value))", errno: Errno.invalidArgument,
         detail: "the starting value must be zero or more")
     }
-    raw = dispatch_semaphore_create(0)
+    raw = Libdispatch.semaphore_create(0)
     for _ in 0..<value {
-      _ = dispatch_semaphore_signal(raw)
+      _ = Libdispatch.semaphore_signal(raw)
     }
   }
 
   deinit {
-    cgcd_release(raw.raw)
+    Libdispatch.release(raw)
   }
 
   /// Takes one unit, waiting as long as it takes for one to be available.
@@ -49,27 +45,29 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func wait() {
-    _ = dispatch_semaphore_wait(raw, ~0)
+    _ = Libdispatch.semaphore_wait(raw, Libdispatch.timeForever)
   }
 
   /// Takes one unit, waiting at most `timeout`.
   ///
+  /// - Parameter timeout: How long to wait at most.
   /// - Returns: true if a unit was taken, false on timeout.
   ///
   /// The corresponding C function is `dispatch_semaphore_wait`.
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func wait(timeout: Duration) -> Bool {
-    dispatch_semaphore_wait(raw, deadline(after: timeout)) == 0
+    Libdispatch.semaphore_wait(raw, deadline(after: timeout)) == 0
   }
 
   /// Takes one unit, waiting until the deadline at most.
   ///
+  /// - Parameter deadline: When to give up.
   /// - Returns: true if a unit was taken, false on timeout.
   @available(*, noasync, message: "blocks the thread")
   @inlinable
   public func wait(deadline: Deadline) -> Bool {
-    dispatch_semaphore_wait(raw, deadline.rawValue) == 0
+    Libdispatch.semaphore_wait(raw, deadline.rawValue) == 0
   }
 
   /// Returns one unit, waking a waiting thread if there is one.
@@ -80,6 +78,6 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   @inlinable
   @discardableResult
   public func signal() -> Bool {
-    dispatch_semaphore_signal(raw) != 0
+    Libdispatch.semaphore_signal(raw) != 0
   }
 }

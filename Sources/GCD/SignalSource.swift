@@ -1,12 +1,3 @@
-import CDispatch
-import CGCD
-
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Musl)
-  import Musl
-#endif
-
 /// Observes deliveries of a signal to the process.
 ///
 /// Deliveries that arrive close together are merged: `count` says how many
@@ -28,22 +19,23 @@ import CGCD
 /// process is broken (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`) are rejected.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
-public final class SignalSource: SourceCore, Source, @unchecked Sendable {
+public final class SignalSource: Source, @unchecked Sendable {
   /// Whether a source can observe `signal`: a signal number (1...64) other
   /// than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and SIGFPE. Two tests.
   @inline(__always)
   static func isObservable(_ signal: Int32) -> Bool {
     let unobservable: UInt64 =
-      1 << UInt64(SIGKILL - 1) | 1 << UInt64(SIGSTOP - 1) | 1 << UInt64(SIGSEGV - 1)
-      | 1 << UInt64(SIGBUS - 1) | 1 << UInt64(SIGILL - 1) | 1 << UInt64(SIGFPE - 1)
+      1 << UInt64(Signal.kill - 1) | 1 << UInt64(Signal.stop - 1) | 1 << UInt64(Signal.segmentationFault - 1)
+      | 1 << UInt64(Signal.busError - 1) | 1 << UInt64(Signal.illegalInstruction - 1)
+      | 1 << UInt64(Signal.floatingPointException - 1)
     return signal >= 1 && signal <= 64 && unobservable & (1 << UInt64(signal - 1)) == 0
   }
 
   /// Why `signal` cannot be observed, or nil if it can.
   static func rejection(of signal: Int32) -> String? {
     return switch signal {
-    case SIGKILL, SIGSTOP: "\(signalName(signal)) cannot be caught or observed"
-    case SIGSEGV, SIGBUS, SIGILL, SIGFPE:
+    case Signal.kill, Signal.stop: "\(signalName(signal)) cannot be caught or observed"
+    case Signal.segmentationFault, Signal.busError, Signal.illegalInstruction, Signal.floatingPointException:
       "\(signalName(signal)) means the process is broken; it cannot be observed from a queue"
     case 1..<65: nil
     default: "not a signal number (1...64)"
@@ -52,12 +44,12 @@ public final class SignalSource: SourceCore, Source, @unchecked Sendable {
 
   static func signalName(_ signal: Int32) -> String {
     return switch signal {
-    case SIGKILL: "SIGKILL"
-    case SIGSTOP: "SIGSTOP"
-    case SIGSEGV: "SIGSEGV"
-    case SIGBUS: "SIGBUS"
-    case SIGILL: "SIGILL"
-    case SIGFPE: "SIGFPE"
+    case Signal.kill: "SIGKILL"
+    case Signal.stop: "SIGSTOP"
+    case Signal.segmentationFault: "SIGSEGV"
+    case Signal.busError: "SIGBUS"
+    case Signal.illegalInstruction: "SIGILL"
+    case Signal.floatingPointException: "SIGFPE"
     default: "signal \(signal)"
     }
   }
@@ -68,13 +60,14 @@ public final class SignalSource: SourceCore, Source, @unchecked Sendable {
   ///   or for a signal that cannot be observed.
   ///
   /// The corresponding C function is `dispatch_source_create`.
+  /// - Parameters:
+  ///   - signal: The signal number (`SIGHUP`, `SIGTERM`, …).
+  ///   - queue: The queue the handlers run on.
   public init(signal: Int32, queue: Queue) throws(GCDError) {
     if !SignalSource.isObservable(signal), let reason = SignalSource.rejection(of: signal) {
-      throw GCDError(operation: "SignalSource(signal: \(signal))", errno: EINVAL, detail: reason)
+      throw GCDError(operation: "SignalSource(signal: \(signal))", errno: Errno.invalidArgument, detail: reason)
     }
-    super.init(
-      created: try SourceCore.create(type: cgcd_source_type_signal(), handle: UInt(signal), mask: 0, queue: queue),
-      queue: queue)
+    super.init(created: try Source.create(.signal, handle: UInt(signal), queue: queue), queue: queue)
   }
 
   /// The number of deliveries merged into the event being handled (`data`).

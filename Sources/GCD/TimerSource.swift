@@ -1,21 +1,18 @@
-import CDispatch
-import CGCD
-
 /// A timer: fires at a start time, then (optionally) every interval.
 ///
 /// Ticks that come while the handler is busy or the source is suspended
 /// are merged: `data` (and `fireCount`) says how many fires the event stands for.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_TIMER`.
-public final class TimerSource: SourceCore, Source, @unchecked Sendable {
+public final class TimerSource: Source, @unchecked Sendable {
   /// Creates a timer whose handlers run on `queue`. It does not fire until
   /// it is scheduled with `schedule(start:interval:leeway:)` and resumed.
   ///
   /// The corresponding C function is `dispatch_source_create`.
+  /// - Parameter queue: The queue the handlers run on.
   public init(queue: Queue) {
     // A timer source with handle 0 and mask 0 is always accepted.
-    super.init(
-      created: try! SourceCore.create(type: cgcd_source_type_timer(), handle: 0, mask: 0, queue: queue), queue: queue)
+    super.init(created: try! Source.create(.timer, queue: queue), queue: queue)
   }
 
   /// Sets when the timer fires.
@@ -32,7 +29,7 @@ public final class TimerSource: SourceCore, Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_timer`.
   public func schedule(start: Deadline, interval: Duration? = nil, leeway: Duration = .zero) {
-    var nanos: UInt64 = ~0
+    var nanos = Libdispatch.timeForever
     if let interval {
       let value = interval.clampedNanoseconds
       if value <= 0 {
@@ -42,7 +39,7 @@ public final class TimerSource: SourceCore, Source, @unchecked Sendable {
       }
       nanos = UInt64(value)
     }
-    dispatch_source_set_timer(raw, start.rawValue, nanos, UInt64(max(0, leeway.clampedNanoseconds)))
+    Libdispatch.source_set_timer(raw, start.rawValue, nanos, UInt64(max(0, leeway.clampedNanoseconds)))
   }
 
   /// The number of fires merged into the event being handled (`data`).

@@ -1,6 +1,3 @@
-import CDispatch
-import CGCD
-
 /// Fires when a descriptor has room to write.
 ///
 /// Do not size writes by `data`: on Linux libdispatch reports there the
@@ -15,19 +12,20 @@ import CGCD
 /// error code and not the death of the process.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`.
-public final class WriteSource: SourceCore, Source, @unchecked Sendable {
+public final class WriteSource: Source, @unchecked Sendable {
   /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
   ///
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
   ///   `EISDIR` for a directory.
   ///
   /// The corresponding C function is `dispatch_source_create`.
+  /// - Parameters:
+  ///   - fileDescriptor: The descriptor to watch; it stays yours.
+  ///   - queue: The queue the handlers run on.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    try checkDescriptor(
-      fileDescriptor, rejectingDirectories: true, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
+    let operation = "WriteSource(fileDescriptor: \(fileDescriptor))"
     super.init(
-      created: try SourceCore.create(
-        type: cgcd_source_type_write(), handle: UInt(fileDescriptor), mask: 0, queue: queue), queue: queue)
+      created: try Source.create(descriptor: fileDescriptor, .write, queue: queue, operation: operation), queue: queue)
   }
 
   /// The watched descriptor.

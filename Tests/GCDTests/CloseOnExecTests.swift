@@ -41,7 +41,7 @@ private func startChildWhileEverySourceRuns() -> Never {
   // Sources of every kind that opens a descriptor, each started.
   let timer = TimerSource(queue: queue)
   timer.schedule(start: .now + .seconds(3600))
-  let sources: [any Source]
+  let sources: [Source]
   do {
     sources = [
       timer,

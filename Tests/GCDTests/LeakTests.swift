@@ -223,7 +223,7 @@ private func makeAndDrop(_ type: Churned, state: Int, shared: Shared) -> Int {
 }
 
 /// A source of `kind` on the shared descriptors, process and file.
-private func makeSharedSource(_ kind: SourceKind, shared: Shared) -> any Source {
+private func makeSharedSource(_ kind: SourceKind, shared: Shared) -> Source {
   switch kind {
   case .timer:
     let timer = TimerSource(queue: shared.queue)

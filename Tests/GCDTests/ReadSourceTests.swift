@@ -143,7 +143,7 @@ struct ReadSourceTests {
       leftRead.cancel()
       all.signal()
     }
-    for source in [leftRead, rightRead] as [any Source] + [leftWrite] {
+    for source in [leftRead, rightRead] as [Source] + [leftWrite] {
       source.setCancelHandler { cancelled.signal() }
     }
     leftRead.resume()

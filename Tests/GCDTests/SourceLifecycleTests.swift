@@ -32,7 +32,7 @@ enum SourceKind: String, CaseIterable, Sendable {
   /// started for timers, reads (a byte is waiting), writes, signals (sent at registration) and
   /// processes (a child that has already exited); a file-system source fires when `fire` appends
   /// to its file.
-  func make(queue: Queue) -> (source: any Source, fire: @Sendable () -> Void, cleanup: @Sendable () -> Void) {
+  func make(queue: Queue) -> (source: Source, fire: @Sendable () -> Void, cleanup: @Sendable () -> Void) {
     switch self {
     case .timer:
       let timer = TimerSource(queue: queue)
@@ -112,7 +112,7 @@ func runLifecycle(_ scenario: LifecycleScenario, _ kind: SourceKind) {
   let eventProbeReleased = Event()
   let cancelProbeReleased = Event()
   let fired = Event()
-  weak var weakSource: (any Source)?
+  weak var weakSource: (Source)?
   do {
     // The probes live only in the handlers' captures.
     let eventProbe = DeinitProbe(released: eventProbeReleased)
@@ -128,7 +128,7 @@ func runLifecycle(_ scenario: LifecycleScenario, _ kind: SourceKind) {
     switch scenario {
     case .droppedInsideItsHandler:
       // The only reference is in `holder`; the handler takes it out and drops it.
-      let holder = Mutex<(any Source)?>(source)
+      let holder = Mutex<(Source)?>(source)
       source.setEventHandler { [eventProbe] in
         _ = eventProbe
         let last = holder.withLock { $0.take() }
@@ -302,7 +302,7 @@ struct SourceLifecycleTests {
     let cancelled = Event()
     let probeReleased = Event()
     let fired = Event()
-    weak var weakSource: (any Source)?
+    weak var weakSource: (Source)?
     do {
       let probe = DeinitProbe(released: probeReleased)
       let (source, fire, cleanup) = kind.make(queue: queue)

@@ -1,5 +1,8 @@
 // CGCD: the few pieces of libdispatch and Linux that Swift cannot import
-// directly. No logic lives here.
+// directly, used only by Sources/GCD/Internals (the package's C boundary).
+// No logic lives here, except the frame-pushing trampolines that let a
+// non-escaping Swift closure run through dispatch_sync_f / dispatch_apply_f
+// (see Internals/NonEscapingClosure.swift).
 //
 // A C target cannot include <dispatch/dispatch.h> (it needs blocks and the
 // toolchain's private include folder), so the libdispatch symbols below are
@@ -140,12 +143,15 @@ int cgcd_pidfd_open(int pid, unsigned int flags);
 /// module does not see it).
 int cgcd_o_path(void);
 
-/// Drains the main queue on the calling (main) thread forever, the way a
-/// run loop does: waits on the main queue's wake-up descriptor and runs the
-/// queued work with `_dispatch_main_queue_callback_4CF`. Unlike
-/// `dispatch_main`, which on Linux ends the main thread and lets worker
-/// threads drain the main queue, this keeps main-queue work on the main thread.
-void cgcd_drain_main_queue_forever(void) __attribute__((noreturn));
+// MARK: - The main queue's run-loop interface
+
+/// libdispatch's run-loop interface, exported for CoreFoundation but not
+/// declared in its headers: the main queue's wake-up descriptor (an eventfd
+/// on Linux) and the function that drains the main queue on the calling
+/// thread. `dispatchMain()` uses them to drain the main queue on the main
+/// thread, where libdispatch's own `dispatch_main` would end that thread.
+extern int cgcd_main_queue_handle(void) __asm__("_dispatch_get_main_queue_handle_4CF");
+extern void cgcd_main_queue_callback(void *_Nullable message) __asm__("_dispatch_main_queue_callback_4CF");
 
 #pragma clang assume_nonnull end
 

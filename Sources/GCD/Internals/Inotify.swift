@@ -1,5 +1,3 @@
-import CDispatch
-import CGCD
 import Synchronization
 
 #if canImport(Glibc)
@@ -21,22 +19,20 @@ import Synchronization
 /// descriptor; the table keeps a list of watches per descriptor, adds with
 /// `IN_MASK_ADD` and removes the kernel watch only when its last entry goes.
 /// `IN_IGNORED` (file gone, file system unmounted, watch removed) retires
-/// a descriptor.
-final class Inotify: @unchecked Sendable {
-  struct Table {
-    var watches: [Int32: [InotifyWatch]] = [:]
-  }
-
+/// a descriptor. Locks: the table's, then a watch's, never the other way.
+final class Inotify: Sendable {
   /// The inotify descriptor (`IN_NONBLOCK | IN_CLOEXEC`).
   let descriptor: Int32
-  /// Every registered watch by watch descriptor. Also guards the mutable
-  /// state of every `InotifyWatch`.
-  let table = Mutex(Table())
+  /// Every registered watch by watch descriptor.
+  let table = Mutex<[Int32: [InotifyWatch]]>([:])
   let queue: Queue
-  /// The read source of `descriptor`, on `queue`; one reference, never released.
-  let reader: OpaquePointer
+  /// The read source of `descriptor`, on `queue`: never cancelled (the
+  /// instance lives as long as the process), and kept here so that it
+  /// stays reachable to leak checkers (libdispatch holds an active source
+  /// only through a disguised pointer).
+  nonisolated(unsafe) let reader: OpaquePointer  // a libdispatch source: thread-safe
   /// The read buffer; used only on `queue`.
-  private let buffer: UnsafeMutableRawPointer
+  nonisolated(unsafe) private let buffer: UnsafeMutableRawPointer
   private static let bufferSize = 64 * 1024
 
   private static let instance = Mutex<Inotify?>(nil)
@@ -52,62 +48,65 @@ final class Inotify: @unchecked Sendable {
   }
 
   private init(operation: String) throws(GCDError) {
-    let descriptor = inotify_init1(Int32(IN_NONBLOCK) | Int32(IN_CLOEXEC))
-    guard descriptor >= 0 else {
-      let error = Glibc.errno
-      throw GCDError(
-        operation: operation + ": inotify_init1", errno: error,
-        detail: error == EMFILE
-          ? "too many inotify instances for this user (/proc/sys/fs/inotify/max_user_instances = "
-            + "\(readProcValue("/proc/sys/fs/inotify/max_user_instances")))"
-            + " or too many open descriptors in the process" : nil)
+    descriptor = try checkedCall(operation + ": inotify_init1", detail: Inotify.explainInit) {
+      system_inotify_init1()
     }
-    self.descriptor = descriptor
     queue = Queue(label: "GCD.FileSystemSource.inotify")
     buffer = UnsafeMutableRawPointer.allocate(byteCount: Inotify.bufferSize, alignment: 8)
-    // The reader is never cancelled: the instance lives as long as the
-    // process. It is kept here (libdispatch holds an active source only
-    // through a disguised pointer) so that it stays reachable to leak checkers.
-    reader = OpaquePointer(
-      cgcd_source_create(cgcd_source_type_read(), UInt(descriptor), 0, queue.raw.raw).unsafelyUnwrapped)
-    dispatch_source_set_event_handler(reader) { [self] in drain() }
-    dispatch_activate(reader.object)
+    guard let reader = Libdispatch.source_create(.read, UInt(descriptor), 0, queue.raw) else {
+      fatalError("GCD: libdispatch refused a read source on the inotify descriptor \(descriptor)")
+    }
+    self.reader = reader
+    Libdispatch.source_set_event_handler(reader) { [self] in drain() }
+    Libdispatch.activate(reader)
+  }
+
+  private static func explainInit(_ error: Int32) -> String? {
+    guard error == Errno.tooManyOpenFiles else { return nil }
+    return "too many inotify instances for this user (/proc/sys/fs/inotify/max_user_instances = "
+      + "\(system_firstLine(of: "/proc/sys/fs/inotify/max_user_instances"))) or no descriptor left in this process"
+  }
+
+  private static func explainAddWatch(_ error: Int32) -> String? {
+    guard error == Errno.noSpace else { return nil }
+    return "the inotify watch limit is reached (/proc/sys/fs/inotify/max_user_watches = "
+      + "\(system_firstLine(of: "/proc/sys/fs/inotify/max_user_watches"))); raise it with "
+      + "`sysctl fs.inotify.max_user_watches=N`"
   }
 
   /// Adds a kernel watch on the file `pathDescriptor` (an `O_PATH`
-  /// descriptor the new watch takes over) and registers a watch for
-  /// `events` (vnode flags) on it.
-  func register(pathDescriptor: Int32, events: UInt, operation: String) throws(GCDError) -> InotifyWatch {
-    var status = stat()
-    guard fstat(pathDescriptor, &status) == 0 else {
-      throw GCDError.fromErrno(operation + ": fstat")
+  /// descriptor the new watch takes over, also on failure) and registers a
+  /// watch for `events` on it that merges into `target`.
+  func register(pathDescriptor: Int32, events: FileSystemEvents, target: OpaquePointer, operation: String)
+    throws(GCDError) -> InotifyWatch
+  {
+    guard let status = system_fstat(pathDescriptor) else {
+      let error = GCDError(operation: operation + ": fstat", errno: system_errno)
+      system_close(pathDescriptor)
+      throw error
     }
-    let isDirectory = status.st_mode & S_IFMT == S_IFDIR
-    let mask = Inotify.kernelMask(for: events, isDirectory: isDirectory)
-    return try table.withLock { (table: inout Table) throws(GCDError) -> InotifyWatch in
-      // Through /proc/self/fd the watch is on exactly the inode the
-      // descriptor holds, whatever happened to the name meanwhile.
-      let wd = inotify_add_watch(descriptor, "/proc/self/fd/\(pathDescriptor)", mask | UInt32(IN_MASK_ADD))
-      guard wd >= 0 else {
-        let error = Glibc.errno
-        throw GCDError(
-          operation: operation + ": inotify_add_watch", errno: error,
-          detail: error == ENOSPC
-            ? "the inotify watch limit is reached (/proc/sys/fs/inotify/max_user_watches = "
-              + "\(readProcValue("/proc/sys/fs/inotify/max_user_watches"))); raise it with "
-              + "`sysctl fs.inotify.max_user_watches=N`" : nil)
+    let mask = Inotify.kernelMask(for: events, isDirectory: status.isDirectory)
+    do {
+      return try table.withLock { (table: inout [Int32: [InotifyWatch]]) throws(GCDError) -> InotifyWatch in
+        // Through /proc/self/fd the watch is on exactly the inode the
+        // descriptor holds, whatever happened to the name meanwhile.
+        let wd = try checkedCall(operation + ": inotify_add_watch", detail: Inotify.explainAddWatch) {
+          system_inotify_add_watch(descriptor, "/proc/self/fd/\(pathDescriptor)", mask | UInt32(IN_MASK_ADD))
+        }
+        let watch = InotifyWatch(
+          center: self, wd: wd, events: events, pathDescriptor: pathDescriptor, isDirectory: status.isDirectory,
+          target: target)
+        table[wd, default: []].append(watch)
+        return watch
       }
-      let watch = InotifyWatch(
-        center: self, wd: wd, events: events, pathDescriptor: pathDescriptor, status: status,
-        isDirectory: isDirectory)
-      table.watches[wd, default: []].append(watch)
-      return watch
+    } catch {
+      system_close(pathDescriptor)
+      throw error
     }
   }
 
   /// The inotify events needed to produce `events` (vnode flags).
-  static func kernelMask(for events: UInt, isDirectory: Bool) -> UInt32 {
-    let events = FileSystemEvents(rawValue: events)
+  static func kernelMask(for events: FileSystemEvents, isDirectory: Bool) -> UInt32 {
     let children = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)
     var mask = UInt32(IN_UNMOUNT)
     if !events.isDisjoint(with: [.write, .extend]) { mask |= UInt32(IN_MODIFY) }
@@ -118,38 +117,26 @@ final class Inotify: @unchecked Sendable {
     return mask
   }
 
-  /// Removes `watch` (its source was cancelled): the kernel watch goes with
-  /// the last registration on its descriptor; the watch's `O_PATH`
-  /// descriptor is closed and its reference to the user source released.
-  func unregister(_ watch: InotifyWatch) {
-    let target: OpaquePointer? = table.withLock { table in
-      guard watch.registered else { return nil }
-      watch.registered = false
-      watch.active = false
-      if watch.wd >= 0, var list = table.watches[watch.wd],
-        let index = list.firstIndex(where: { $0 === watch })
-      {
-        list.remove(at: index)
-        if list.isEmpty {
-          table.watches[watch.wd] = nil
-          inotify_rm_watch(descriptor, watch.wd)
-        } else {
-          table.watches[watch.wd] = list
-        }
+  /// Removes `watch` from the table; the kernel watch goes with the last
+  /// registration on its descriptor.
+  func unregister(_ watch: InotifyWatch, wd: Int32) {
+    table.withLock { table in
+      guard wd >= 0, var list = table[wd], let index = list.firstIndex(where: { $0 === watch }) else { return }
+      list.remove(at: index)
+      if list.isEmpty {
+        table[wd] = nil
+        system_inotify_rm_watch(descriptor, wd)
+      } else {
+        table[wd] = list
       }
-      watch.wd = -1
-      watch.closePathDescriptor()
-      defer { watch.target = nil }
-      return watch.target
     }
-    if let target { cgcd_release(target.raw) }
   }
 
   /// Reads and routes every pending event (the reader's handler, on `queue`).
   private func drain() {
     while true {
-      let count = read(descriptor, buffer, Inotify.bufferSize)
-      if count < 0 && Glibc.errno == EINTR { continue }
+      let count = system_read(descriptor, buffer, Inotify.bufferSize)
+      if count < 0 && system_errno == Errno.interrupted { continue }
       guard count > 0 else { return }
       table.withLock { table in
         var offset = 0
@@ -165,135 +152,173 @@ final class Inotify: @unchecked Sendable {
   }
 
   /// Routes one event (the table is locked).
-  private func route(wd: Int32, mask: UInt32, table: inout Table) {
+  private func route(wd: Int32, mask: UInt32, table: inout [Int32: [InotifyWatch]]) {
     if mask & UInt32(IN_Q_OVERFLOW) != 0 {
       // Events were lost: compare every watch with what it saw last.
-      for list in table.watches.values {
-        for watch in list { watch.deliver(watch.recheck()) }
+      for list in table.values {
+        for watch in list { watch.recheck() }
       }
       return
     }
-    guard let list = table.watches[wd] else { return }
-    for watch in list { watch.deliver(watch.translate(mask)) }
-    if mask & UInt32(IN_IGNORED) != 0 {
-      // The kernel watch is gone: no more events for it, nothing to remove.
-      table.watches[wd] = nil
-      for watch in list { watch.wd = -1 }
-    }
+    guard let list = table[wd] else { return }
+    let retired = mask & UInt32(IN_IGNORED) != 0
+    for watch in list { watch.handle(mask, retired: retired) }
+    // The kernel watch is gone: no more events for it, nothing to remove.
+    if retired { table[wd] = nil }
   }
 }
 
-/// One `FileSystemSource`'s registration on a watch descriptor: the state
-/// it needs to turn inotify events into vnode flags. Its mutable state is
-/// guarded by the instance's `table` lock.
-final class InotifyWatch: @unchecked Sendable {
-  unowned let center: Inotify
+/// One `FileSystemSource`'s watch: a registration on an inotify watch
+/// descriptor and the state it needs to turn inotify events into vnode
+/// flags for its source.
+final class InotifyWatch: KernelWatcher {
+  /// What delivery compares each event with: the file as last seen.
+  struct Baseline {
+    var size: Int
+    var links: UInt
+    var path: String?
+    var deleted = false
+  }
+
+  struct State {
+    var phase = WatcherPhase<Baseline>.idle
+    /// The watch descriptor, -1 once retired or removed.
+    var wd: Int32
+    /// The `O_PATH | O_CLOEXEC` descriptor that keeps the file reachable
+    /// (for `path` and `fstat`); -1 once closed (file deleted, watch stopped).
+    var pathDescriptor: Int32
+  }
+
+  let center: Inotify
   /// The vnode flags the source asked for.
-  let events: UInt
+  let events: FileSystemEvents
   let isDirectory: Bool
-  /// The watch descriptor, -1 once retired or unregistered.
-  var wd: Int32
-  /// The `O_PATH | O_CLOEXEC` descriptor that keeps the file reachable (for
-  /// `path` and `fstat`); -1 once closed (file deleted, source cancelled).
-  var pathDescriptor: Int32
-  /// The user's DATA_OR source, retained while registered.
-  var target: OpaquePointer?
-  var registered = true
-  /// True from the source's first `resume()`: events before are not delivered.
-  var active = false
-  var deleted = false
-  var size: Int
-  var links: UInt
-  var lastPath: String?
+  let target: MergeTarget
+  let state: Mutex<State>
 
-  init(center: Inotify, wd: Int32, events: UInt, pathDescriptor: Int32, status: stat, isDirectory: Bool) {
+  init(
+    center: Inotify, wd: Int32, events: FileSystemEvents, pathDescriptor: Int32, isDirectory: Bool,
+    target: OpaquePointer
+  ) {
     self.center = center
-    self.wd = wd
     self.events = events
-    self.pathDescriptor = pathDescriptor
     self.isDirectory = isDirectory
-    size = Int(status.st_size)
-    links = UInt(status.st_nlink)
+    self.target = MergeTarget(retaining: target)
+    state = Mutex(State(wd: wd, pathDescriptor: pathDescriptor))
   }
 
-  /// Sets the source to merge into (retained until `unregister`).
-  func setTarget(_ target: OpaquePointer) {
-    cgcd_retain(target.raw)
-    center.table.withLock { _ in self.target = target }
-  }
-
-  /// The source's first `resume()`: deliver from now on, against fresh baselines.
-  func activate() {
-    center.table.withLock { _ in
-      guard registered else { return }
-      if let status = currentStatus() {
-        size = Int(status.st_size)
-        links = UInt(status.st_nlink)
-      }
-      lastPath = currentPath()
-      active = true
+  /// The source's first `resume()`: deliver from now on, against a fresh baseline.
+  func start() {
+    state.withLock { state in
+      guard case .idle = state.phase else { return }
+      let status = InotifyWatch.status(state.pathDescriptor)
+      state.phase = .running(
+        Baseline(
+          size: status?.size ?? 0, links: status?.links ?? 0, path: InotifyWatch.path(state.pathDescriptor)))
     }
   }
 
-  /// The file's path now (nil once it is deleted or the source cancelled).
-  var path: String? { center.table.withLock { _ in currentPath() } }
-
-  // MARK: Under the table lock
-
-  func currentStatus() -> stat? {
-    guard pathDescriptor >= 0 else { return nil }
-    var status = stat()
-    return fstat(pathDescriptor, &status) == 0 ? status : nil
+  /// The source's cancel path: unregister, close the `O_PATH` descriptor,
+  /// release the source.
+  func stop() {
+    let stopped = state.withLock { state -> (wd: Int32, pathDescriptor: Int32)? in
+      if case .stopped = state.phase { return nil }
+      defer { state = State(phase: .stopped, wd: -1, pathDescriptor: -1) }
+      return (state.wd, state.pathDescriptor)
+    }
+    guard let stopped else { return }
+    center.unregister(self, wd: stopped.wd)
+    if stopped.pathDescriptor >= 0 { system_close(stopped.pathDescriptor) }
+    target.release()
   }
 
-  func currentPath() -> String? {
-    guard pathDescriptor >= 0, let status = currentStatus(), status.st_nlink > 0 else {
-      return nil
-    }
-    guard var path = readLink("/proc/self/fd/\(pathDescriptor)") else { return nil }
+  /// The file's path now (nil once it is deleted or the watch stopped).
+  var path: String? { state.withLock { InotifyWatch.path($0.pathDescriptor) } }
+
+  private static func status(_ pathDescriptor: Int32) -> FileStatus? {
+    pathDescriptor >= 0 ? system_fstat(pathDescriptor) : nil
+  }
+
+  private static func path(_ pathDescriptor: Int32) -> String? {
+    guard let status = status(pathDescriptor), status.links > 0,
+      var path = system_readlink("/proc/self/fd/\(pathDescriptor)")
+    else { return nil }
     if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
     return path
   }
 
-  func closePathDescriptor() {
-    if pathDescriptor >= 0 {
-      close(pathDescriptor)
-      pathDescriptor = -1
+  // MARK: Delivery (on the instance's queue, under the table lock)
+
+  /// One inotify event for this watch; `retired`: the kernel watch is gone.
+  func handle(_ mask: UInt32, retired: Bool) {
+    let flags = state.withLock { state -> FileSystemEvents in
+      if retired { state.wd = -1 }
+      guard case .running(var baseline) = state.phase else { return [] }
+      let flags = translate(mask, &baseline, &state.pathDescriptor)
+      state.phase = .running(baseline)
+      return flags
     }
+    target.merge(flags.intersection(events).rawValue)
+  }
+
+  /// After a queue overflow: the flags that comparing the file with the
+  /// baseline reveals.
+  func recheck() {
+    let flags = state.withLock { state -> FileSystemEvents in
+      guard case .running(var baseline) = state.phase, !baseline.deleted,
+        let status = InotifyWatch.status(state.pathDescriptor)
+      else { return [] }
+      var flags = FileSystemEvents()
+      if status.size != baseline.size { flags.insert(.write) }
+      if status.size > baseline.size { flags.insert(.extend) }
+      if status.links != baseline.links { flags.formUnion([.link, .attrib]) }
+      baseline.size = status.size
+      baseline.links = status.links
+      if status.links == 0 { flags.formUnion(InotifyWatch.markDeleted(&baseline, &state.pathDescriptor)) }
+      let path = InotifyWatch.path(state.pathDescriptor)
+      if path != baseline.path, path != nil {
+        flags.insert(.rename)
+        baseline.path = path
+      }
+      state.phase = .running(baseline)
+      return flags
+    }
+    target.merge(flags.intersection(events).rawValue)
   }
 
   /// The vnode flags an inotify event on the watched file stands for
   /// (before filtering by the flags the source asked for).
-  func translate(_ mask: UInt32) -> UInt {
+  private func translate(_ mask: UInt32, _ baseline: inout Baseline, _ pathDescriptor: inout Int32)
+    -> FileSystemEvents
+  {
     var flags = FileSystemEvents()
     if mask & UInt32(IN_MODIFY) != 0 {
       flags.insert(.write)
-      if let status = currentStatus() {
-        if Int(status.st_size) > size { flags.insert(.extend) }
-        size = Int(status.st_size)
+      if let status = InotifyWatch.status(pathDescriptor) {
+        if status.size > baseline.size { flags.insert(.extend) }
+        baseline.size = status.size
       }
     }
     if mask & UInt32(IN_ATTRIB) != 0 {
       flags.insert(.attrib)
-      if let status = currentStatus() {
-        let now = UInt(status.st_nlink)
-        if now != links { flags.insert(.link) }
-        links = now
-        size = Int(status.st_size)
-        if now == 0 {
-          // The file's last name is gone. While our O_PATH descriptor is
+      if let status = InotifyWatch.status(pathDescriptor) {
+        if status.links != baseline.links { flags.insert(.link) }
+        baseline.links = status.links
+        baseline.size = status.size
+        if status.links == 0 {
+          // The file's last name is gone. While the O_PATH descriptor is
           // open the kernel holds back IN_DELETE_SELF: report the deletion
           // now and let the inode go.
-          flags.formUnion(markDeleted())
+          flags.formUnion(InotifyWatch.markDeleted(&baseline, &pathDescriptor))
         }
       }
     }
     if mask & UInt32(IN_MOVE_SELF) != 0 {
       flags.insert(.rename)
-      lastPath = currentPath()
+      baseline.path = InotifyWatch.path(pathDescriptor)
     }
     if mask & UInt32(IN_DELETE_SELF) != 0 {
-      flags.formUnion(markDeleted())
+      flags.formUnion(InotifyWatch.markDeleted(&baseline, &pathDescriptor))
     }
     if mask & UInt32(IN_UNMOUNT) != 0 {
       flags.insert(.revoke)
@@ -302,60 +327,17 @@ final class InotifyWatch: @unchecked Sendable {
       flags.insert(.write)
       if mask & UInt32(IN_ISDIR) != 0 { flags.insert(.link) }
     }
-    return flags.rawValue
+    return flags
   }
 
   /// `.delete` the first time the file is found deleted; closes the `O_PATH` descriptor.
-  private func markDeleted() -> FileSystemEvents {
-    closePathDescriptor()
-    if deleted { return [] }
-    deleted = true
+  private static func markDeleted(_ baseline: inout Baseline, _ pathDescriptor: inout Int32) -> FileSystemEvents {
+    if pathDescriptor >= 0 {
+      system_close(pathDescriptor)
+      pathDescriptor = -1
+    }
+    if baseline.deleted { return [] }
+    baseline.deleted = true
     return .delete
   }
-
-  /// After a queue overflow: the flags that comparing the file with the
-  /// last state seen reveals.
-  func recheck() -> UInt {
-    guard !deleted else { return 0 }
-    guard let status = currentStatus() else { return 0 }
-    var flags = FileSystemEvents()
-    if Int(status.st_size) != size { flags.insert(.write) }
-    if Int(status.st_size) > size { flags.insert(.extend) }
-    if UInt(status.st_nlink) != links { flags.formUnion([.link, .attrib]) }
-    size = Int(status.st_size)
-    links = UInt(status.st_nlink)
-    if status.st_nlink == 0 { flags.formUnion(markDeleted()) }
-    let path = currentPath()
-    if path != lastPath, path != nil {
-      flags.insert(.rename)
-      lastPath = path
-    }
-    return flags.rawValue
-  }
-
-  /// Merges the flags the source asked for into it (once it is started).
-  func deliver(_ flags: UInt) {
-    let wanted = flags & events
-    guard wanted != 0, active, let target else { return }
-    dispatch_source_merge_data(target, wanted)
-  }
-}
-
-/// The target of a symbolic link (or a /proc/self/fd entry).
-func readLink(_ path: String) -> String? {
-  var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
-  let count = buffer.withUnsafeMutableBufferPointer { buffer in
-    buffer.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, Int(PATH_MAX)) }
-  }
-  guard count >= 0 else { return nil }
-  return String(decoding: buffer[0..<count], as: UTF8.self)
-}
-
-/// The first line of a /proc file ("?" when it cannot be read).
-func readProcValue(_ path: String) -> String {
-  guard let file = fopen(path, "re") else { return "?" }
-  defer { fclose(file) }
-  var line = [CChar](repeating: 0, count: 64)
-  guard fgets(&line, Int32(line.count), file) != nil else { return "?" }
-  return String(decoding: line.prefix { $0 != 0 && $0 != 10 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

@@ -1,0 +1,222 @@
+import CDispatch
+import CGCD
+
+/// The libdispatch calls the package makes: the one Swift file that names a
+/// libdispatch function (Syscalls.swift is its twin for the C library).
+///
+/// Each member is named after its C function less the `dispatch_` prefix
+/// and only calls it: inlinable, no logic, so a wrapper's call compiles to
+/// the C call itself. Objects are passed as the `OpaquePointer` a wrapper
+/// holds.
+@usableFromInline
+enum Libdispatch {
+  /// The C function taking a context, as the `_f` calls want it.
+  @usableFromInline typealias Function = @convention(c) (UnsafeMutableRawPointer?) -> Void
+
+  // MARK: Objects
+
+  /// `dispatch_retain` (through CGCD: Swift marks it unavailable).
+  @inlinable static func retain(_ object: OpaquePointer) { cgcd_retain(UnsafeMutableRawPointer(object)) }
+  /// `dispatch_release` (through CGCD: Swift marks it unavailable).
+  @inlinable static func release(_ object: OpaquePointer) { cgcd_release(UnsafeMutableRawPointer(object)) }
+  @inlinable static func activate(_ object: OpaquePointer) { dispatch_activate(dispatch_object_t(_do: object)) }
+  @inlinable static func suspend(_ object: OpaquePointer) { dispatch_suspend(dispatch_object_t(_do: object)) }
+  @inlinable static func resume(_ object: OpaquePointer) { dispatch_resume(dispatch_object_t(_do: object)) }
+  @inlinable static func get_context(_ object: OpaquePointer) -> UnsafeMutableRawPointer? {
+    dispatch_get_context(dispatch_object_t(_do: object))
+  }
+  @inlinable static func set_context(_ object: OpaquePointer, _ context: UnsafeMutableRawPointer?) {
+    dispatch_set_context(dispatch_object_t(_do: object), context)
+  }
+  @inlinable static func set_finalizer_f(_ object: OpaquePointer, _ finalizer: Function?) {
+    dispatch_set_finalizer_f(dispatch_object_t(_do: object), finalizer)
+  }
+  @inlinable static func set_target_queue(_ object: OpaquePointer, _ queue: OpaquePointer) {
+    dispatch_set_target_queue(dispatch_object_t(_do: object), queue)
+  }
+
+  // MARK: Queues
+
+  /// `DISPATCH_QUEUE_CONCURRENT` (a macro over an incomplete global, through CGCD).
+  @inlinable static var queue_attr_concurrent: OpaquePointer { OpaquePointer(cgcd_queue_attr_concurrent()) }
+  @inlinable static func queue_attr_make_with_qos_class(_ attr: OpaquePointer?, _ qos: UInt32, _ relative: Int32)
+    -> OpaquePointer?
+  {
+    dispatch_queue_attr_make_with_qos_class(attr, qos, relative)
+  }
+  @inlinable static func queue_attr_make_initially_inactive(_ attr: OpaquePointer?) -> OpaquePointer? {
+    dispatch_queue_attr_make_initially_inactive(attr)
+  }
+  @inlinable static func queue_create(_ label: UnsafePointer<CChar>, _ attr: OpaquePointer?) -> OpaquePointer {
+    dispatch_queue_create(label, attr)
+  }
+  @inlinable static func get_main_queue() -> OpaquePointer { dispatch_get_main_queue() }
+  @inlinable static func get_global_queue(_ identifier: Int) -> OpaquePointer {
+    dispatch_get_global_queue(identifier, 0)
+  }
+  @inlinable static func queue_get_label(_ queue: OpaquePointer) -> UnsafePointer<CChar> {
+    dispatch_queue_get_label(queue)
+  }
+  @inlinable static func queue_get_qos_class(_ queue: OpaquePointer) -> (UInt32, Int32) {
+    var relative: Int32 = 0
+    let qos = dispatch_queue_get_qos_class(queue, &relative)
+    return (qos, relative)
+  }
+  @inlinable static func async_f(_ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function) {
+    dispatch_async_f(queue, context, work)
+  }
+  @inlinable static func barrier_async_f(_ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function)
+  {
+    dispatch_barrier_async_f(queue, context, work)
+  }
+  @inlinable static func sync_f(_ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function) {
+    dispatch_sync_f(queue, context, work)
+  }
+  @inlinable static func barrier_sync_f(_ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function) {
+    dispatch_barrier_sync_f(queue, context, work)
+  }
+  @inlinable static func after_f(
+    _ when: UInt64, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    dispatch_after_f(when, queue, context, work)
+  }
+  @inlinable static func apply_f(
+    _ iterations: Int, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,
+    _ work: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
+  ) {
+    dispatch_apply_f(iterations, queue, context, work)
+  }
+  @inlinable static func queue_get_specific(_ queue: OpaquePointer, _ key: UnsafeRawPointer) -> UnsafeMutableRawPointer?
+  {
+    dispatch_queue_get_specific(queue, key)
+  }
+  @inlinable static func queue_set_specific(
+    _ queue: OpaquePointer, _ key: UnsafeRawPointer, _ value: UnsafeMutableRawPointer?, _ destructor: Function?
+  ) {
+    dispatch_queue_set_specific(queue, key, value, destructor)
+  }
+  @inlinable static func get_specific(_ key: UnsafeRawPointer) -> UnsafeMutableRawPointer? {
+    dispatch_get_specific(key)
+  }
+
+  /// The keys under which the package records, on the queues it re-targets,
+  /// the target (`targetKey`: its address, bit 0 set for a serial target)
+  /// and the list of targets it keeps alive (`targetsKey`), and marks the
+  /// main queue (`mainQueueKey`). Addresses of CGCD globals, so unique.
+  @inlinable static var targetKey: UnsafeRawPointer { cgcd_target_key() }
+  @inlinable static var targetsKey: UnsafeRawPointer { cgcd_targets_key() }
+  @inlinable static var mainQueueKey: UnsafeRawPointer { cgcd_main_queue_key() }
+
+  /// Whether the calling thread is the process's main thread (CGCD: `gettid() == getpid()`, cached per thread).
+  @inlinable static var isMainThread: Bool { cgcd_is_main_thread() != 0 }
+
+  /// Drains the main queue on the calling thread forever, the way a run
+  /// loop does: waits on the main queue's wake-up descriptor and runs the
+  /// queued work (libdispatch's run-loop interface, through CGCD; see
+  /// `dispatchMain()`).
+  static func drainMainQueueForever() -> Never {
+    let descriptor = cgcd_main_queue_handle()
+    var count: UInt64 = 0
+    while true {
+      guard system_waitReadable(descriptor) else {
+        fatalError("GCD: dispatchMain(): poll on the main queue's descriptor failed (errno \(system_errno))")
+      }
+      _ = system_read(descriptor, &count, MemoryLayout<UInt64>.size)  // resets the eventfd; EAGAIN is fine
+      cgcd_main_queue_callback(nil)
+    }
+  }
+
+  // MARK: Groups and semaphores
+
+  @inlinable static func group_create() -> OpaquePointer { dispatch_group_create() }
+  @inlinable static func group_enter(_ group: OpaquePointer) { dispatch_group_enter(group) }
+  @inlinable static func group_leave(_ group: OpaquePointer) { dispatch_group_leave(group) }
+  /// 0 when the group is empty, non-zero on timeout.
+  @inlinable static func group_wait(_ group: OpaquePointer, _ timeout: UInt64) -> Int {
+    dispatch_group_wait(group, timeout)
+  }
+  @inlinable static func group_notify_f(
+    _ group: OpaquePointer, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    dispatch_group_notify_f(group, queue, context, work)
+  }
+  @inlinable static func semaphore_create(_ value: Int) -> OpaquePointer { dispatch_semaphore_create(value) }
+  /// Non-zero when a waiting thread was woken.
+  @inlinable static func semaphore_signal(_ semaphore: OpaquePointer) -> Int { dispatch_semaphore_signal(semaphore) }
+  /// 0 when a unit was taken, non-zero on timeout.
+  @inlinable static func semaphore_wait(_ semaphore: OpaquePointer, _ timeout: UInt64) -> Int {
+    dispatch_semaphore_wait(semaphore, timeout)
+  }
+
+  // MARK: Time
+
+  /// `DISPATCH_TIME_FOREVER`.
+  @usableFromInline static let timeForever: UInt64 = ~0
+  @inlinable static func time(_ base: UInt64, _ delta: Int64) -> UInt64 { dispatch_time(base, delta) }
+  /// `dispatch_walltime(NULL, delta)`: now on the wall clock.
+  @inlinable static func walltime(_ delta: Int64) -> UInt64 { dispatch_walltime(nil, delta) }
+  /// `dispatch_walltime(&{seconds, nanoseconds}, 0)`.
+  static func walltime(seconds: Int, nanoseconds: Int) -> UInt64 {
+    var spec = timespec(tv_sec: seconds, tv_nsec: nanoseconds)
+    return dispatch_walltime(&spec, 0)
+  }
+
+  // MARK: Sources
+
+  /// The source types (`DISPATCH_SOURCE_TYPE_*`: addresses of exported
+  /// structures, which only C can take, through CGCD).
+  @usableFromInline
+  enum SourceType {
+    case dataAdd, dataOr, dataReplace, read, write, signal, timer
+
+    @usableFromInline var pointer: UnsafeRawPointer {
+      switch self {
+      case .dataAdd: cgcd_source_type_data_add()
+      case .dataOr: cgcd_source_type_data_or()
+      case .dataReplace: cgcd_source_type_data_replace()
+      case .read: cgcd_source_type_read()
+      case .write: cgcd_source_type_write()
+      case .signal: cgcd_source_type_signal()
+      case .timer: cgcd_source_type_timer()
+      }
+    }
+  }
+
+  /// nil when libdispatch rejects the handle or the mask (CGCD declares the
+  /// result nullable; Swift's import of the header does not).
+  static func source_create(_ type: SourceType, _ handle: UInt, _ mask: UInt, _ queue: OpaquePointer?)
+    -> OpaquePointer?
+  {
+    cgcd_source_create(type.pointer, handle, mask, queue.map(UnsafeMutableRawPointer.init)).map(OpaquePointer.init)
+  }
+  @inlinable static func source_get_data(_ source: OpaquePointer) -> UInt { dispatch_source_get_data(source) }
+  @inlinable static func source_get_mask(_ source: OpaquePointer) -> UInt { dispatch_source_get_mask(source) }
+  @inlinable static func source_get_handle(_ source: OpaquePointer) -> UInt { dispatch_source_get_handle(source) }
+  @inlinable static func source_merge_data(_ source: OpaquePointer, _ value: UInt) {
+    dispatch_source_merge_data(source, value)
+  }
+  @inlinable static func source_cancel(_ source: OpaquePointer) { dispatch_source_cancel(source) }
+  @inlinable static func source_testcancel(_ source: OpaquePointer) -> Bool { dispatch_source_testcancel(source) != 0 }
+  @inlinable static func source_set_timer(
+    _ source: OpaquePointer, _ start: UInt64, _ interval: UInt64, _ leeway: UInt64
+  ) {
+    dispatch_source_set_timer(source, start, interval, leeway)
+  }
+  static func source_set_event_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
+    dispatch_source_set_event_handler(source, handler)
+  }
+  static func source_set_event_handler_f(_ source: OpaquePointer, _ handler: Function) {
+    dispatch_source_set_event_handler_f(source, handler)
+  }
+  static func source_set_cancel_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
+    dispatch_source_set_cancel_handler(source, handler)
+  }
+  static func source_set_registration_handler(
+    _ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void
+  ) {
+    dispatch_source_set_registration_handler(source, handler)
+  }
+  static func source_set_registration_handler_f(_ source: OpaquePointer, _ handler: Function) {
+    dispatch_source_set_registration_handler_f(source, handler)
+  }
+}

@@ -1,0 +1,46 @@
+import CGCD
+
+// Re-entrancy: `sync` (and `apply`) onto a queue this thread already holds
+// deadlocks, and libdispatch then kills the process with a bare SIGILL. Every
+// closure this package runs on a queue does so inside a frame, a
+// `cgcd_frame_t` on the running thread's stack, linked to the frames of the
+// code waiting for it (through `sync` and `apply`), so the current thread's
+// chain lists every queue it is running on. The head of the chain is a C
+// thread-local (initial-exec: one %fs-relative load).
+
+/// Frame flag: the frame holds its queue exclusively (a serial queue, or a barrier).
+@usableFromInline let frameExclusive: UInt = 1
+
+/// Whether the current thread runs no work of this package (no frame).
+@inlinable
+var hasNoFrame: Bool { cgcd_frame_get() == nil }
+
+/// Runs `body` with a frame for `queue` pushed on this thread's chain, and
+/// restores the chain afterwards.
+///
+/// Not generic and not `rethrows`: a closure passed as `() throws -> R`
+/// would be wrapped in a reabstraction thunk, and the stored closure copied
+/// (retained and released) on every call.
+@inlinable
+func withFrame(queue: OpaquePointer, flags: UInt, _ body: () -> Void) {
+  let saved = cgcd_frame_get()
+  var frame = cgcd_frame_t(queue: UnsafeMutableRawPointer(queue), flags: flags, prev: saved)
+  withUnsafeMutablePointer(to: &frame) { frame in
+    cgcd_frame_set(frame)
+    body()
+    cgcd_frame_set(saved)
+  }
+}
+
+/// Calls `body` with the queue of each frame of the current thread's chain,
+/// innermost first, and whether the frame holds it exclusively, until
+/// `body` returns false.
+func forEachFrame(_ body: (OpaquePointer, Bool) -> Bool) {
+  var frame = cgcd_frame_get()
+  while let current = frame {
+    if !body(OpaquePointer(current.pointee.queue.unsafelyUnwrapped), current.pointee.flags & frameExclusive != 0) {
+      return
+    }
+    frame = current.pointee.prev
+  }
+}

@@ -1,0 +1,199 @@
+import CGCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// The C library calls the package makes: the one Swift file that names a
+// libc function (C.swift is its twin for libdispatch). As in swift-system,
+// each is a `system_` function that only makes the call; `checkedCall`
+// retries EINTR and turns a failure into a `GCDError`, the one way this
+// package builds an error from `errno`.
+
+/// The calling thread's `errno`.
+var system_errno: Int32 { errno }
+
+/// Runs `body` until it does not fail with `EINTR`; a result of -1 then
+/// throws `GCDError(operation:errno:detail:)` with `errno` and the
+/// `detail` for it.
+func checkedCall<Result: FixedWidthInteger>(
+  _ operation: @autoclosure () -> String, detail: (Int32) -> String? = { _ in nil }, _ body: () -> Result
+) throws(GCDError) -> Result {
+  while true {
+    let result = body()
+    if result != -1 { return result }
+    let error = errno
+    if error == EINTR { continue }
+    throw GCDError(operation: operation(), errno: error, detail: detail(error))
+  }
+}
+
+/// The system's text for an errno value.
+func system_strerror(_ error: Int32) -> String { String(cString: strerror(error)) }
+
+// MARK: - Descriptors
+
+/// `open(path, flags | O_CLOEXEC)`; -1 and errno on failure.
+func system_open(_ path: String, _ flags: Int32) -> Int32 { open(path, flags | O_CLOEXEC) }
+
+/// `open(path, O_PATH | O_CLOEXEC)`: a descriptor that holds the file (for
+/// `fstat`, `/proc/self/fd`, inotify) without opening its contents. CGCD
+/// supplies `O_PATH`, which the C library defines only under _GNU_SOURCE.
+func system_openPath(_ path: String) -> Int32 { open(path, cgcd_o_path() | O_CLOEXEC) }
+
+/// `close(2)`, result unchecked: on Linux the descriptor is released even
+/// when close reports an error, so there is nothing to retry or undo.
+func system_close(_ descriptor: Int32) { _ = close(descriptor) }
+
+/// `read(2)`; -1 and errno on failure.
+func system_read(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
+  read(descriptor, buffer, count)
+}
+
+/// What `fstat` says of a descriptor: its kind, size and link count.
+struct FileStatus {
+  var isDirectory: Bool
+  var size: Int
+  var links: UInt
+}
+
+/// `fstat(2)`; nil (errno set) when it fails.
+func system_fstat(_ descriptor: Int32) -> FileStatus? {
+  var status = stat()
+  guard fstat(descriptor, &status) == 0 else { return nil }
+  return FileStatus(
+    isDirectory: status.st_mode & S_IFMT == S_IFDIR, size: Int(status.st_size), links: UInt(status.st_nlink))
+}
+
+/// `readlink(2)`: the target of a symbolic link or a `/proc/self/fd` entry.
+func system_readlink(_ path: String) -> String? {
+  var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+  let count = buffer.withUnsafeMutableBufferPointer { buffer in
+    buffer.withMemoryRebound(to: CChar.self) { readlink(path, $0.baseAddress!, Int(PATH_MAX)) }
+  }
+  guard count >= 0 else { return nil }
+  return String(decoding: buffer[0..<count], as: UTF8.self)
+}
+
+/// The first line of a small file such as a `/proc/sys` value ("?" when it cannot be read).
+func system_firstLine(of path: String) -> String {
+  let descriptor = system_open(path, O_RDONLY)
+  guard descriptor >= 0 else { return "?" }
+  defer { system_close(descriptor) }
+  var bytes = [UInt8](repeating: 0, count: 64)
+  let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress!, $0.count) }
+  guard count > 0 else { return "?" }
+  return String(decoding: bytes[0..<count].prefix { $0 != 10 }, as: UTF8.self)
+}
+
+/// `poll` on one descriptor for input, without a timeout; false when poll
+/// failed with anything but `EINTR`.
+func system_waitReadable(_ descriptor: Int32) -> Bool {
+  var wait = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+  while poll(&wait, 1, -1) < 0 {
+    if errno != EINTR { return false }
+  }
+  return true
+}
+
+// MARK: - Processes
+
+/// `pidfd_open(pid, 0)` (through CGCD: a raw `syscall`, which Swift cannot
+/// call): a close-on-exec descriptor that becomes readable when `pid` exits.
+func system_pidfd_open(_ pid: Int32) -> Int32 { cgcd_pidfd_open(pid, 0) }
+
+// MARK: - inotify
+
+/// `inotify_init1(IN_NONBLOCK | IN_CLOEXEC)`.
+func system_inotify_init1() -> Int32 { inotify_init1(Int32(IN_NONBLOCK) | Int32(IN_CLOEXEC)) }
+
+/// `inotify_add_watch(2)`.
+func system_inotify_add_watch(_ instance: Int32, _ path: String, _ mask: UInt32) -> Int32 {
+  inotify_add_watch(instance, path, mask)
+}
+
+/// `inotify_rm_watch(2)`.
+func system_inotify_rm_watch(_ instance: Int32, _ watch: Int32) { _ = inotify_rm_watch(instance, watch) }
+
+// MARK: - Constants
+
+/// The errno values the package names, with Swift names (swift-system's).
+enum Errno {
+  /// `EPERM`
+  static let notPermitted = EPERM
+  /// `ENOENT`
+  static let noSuchFileOrDirectory = ENOENT
+  /// `ESRCH`
+  static let noSuchProcess = ESRCH
+  /// `EINTR`
+  static let interrupted = EINTR
+  /// `EBADF`
+  static let badFileDescriptor = EBADF
+  /// `EAGAIN`
+  static let resourceTemporarilyUnavailable = EAGAIN
+  /// `ENOMEM`
+  static let noMemory = ENOMEM
+  /// `EACCES`
+  static let permissionDenied = EACCES
+  /// `EISDIR`
+  static let isDirectory = EISDIR
+  /// `EINVAL`
+  static let invalidArgument = EINVAL
+  /// `ENFILE`
+  static let tooManyOpenFilesInSystem = ENFILE
+  /// `EMFILE`
+  static let tooManyOpenFiles = EMFILE
+  /// `ENOSPC`
+  static let noSpace = ENOSPC
+  /// `EPIPE`
+  static let brokenPipe = EPIPE
+  /// `ERANGE`
+  static let outOfRange = ERANGE
+  /// `ENOSYS`
+  static let noFunction = ENOSYS
+  /// `ENOTSUP`
+  static let notSupported = ENOTSUP
+  /// `ENOTDIR`
+  static let notDirectory = ENOTDIR
+  /// `ECANCELED`
+  static let canceled = ECANCELED
+
+  /// The C names of the values above, for messages ("ESRCH").
+  static let names: [Int32: String] = [
+    EPERM: "EPERM", ENOENT: "ENOENT", ESRCH: "ESRCH", EINTR: "EINTR", EBADF: "EBADF", EAGAIN: "EAGAIN",
+    ENOMEM: "ENOMEM", EACCES: "EACCES", EISDIR: "EISDIR", EINVAL: "EINVAL", ENFILE: "ENFILE", EMFILE: "EMFILE",
+    ENOSPC: "ENOSPC", EPIPE: "EPIPE", ERANGE: "ERANGE", ENOSYS: "ENOSYS", ENOTSUP: "ENOTSUP", ENOTDIR: "ENOTDIR",
+    ECANCELED: "ECANCELED",
+  ]
+}
+
+/// The signal numbers the package names, with Swift names.
+enum Signal {
+  /// `SIGILL`
+  static let illegalInstruction = SIGILL
+  /// `SIGFPE`
+  static let floatingPointException = SIGFPE
+  /// `SIGKILL`
+  static let kill = SIGKILL
+  /// `SIGBUS`
+  static let busError = SIGBUS
+  /// `SIGSEGV`
+  static let segmentationFault = SIGSEGV
+  /// `SIGSTOP`
+  static let stop = SIGSTOP
+}
+
+// MARK: - Memory
+
+/// `malloc(size)`; stops the process when memory is exhausted.
+@inlinable
+func system_malloc(_ size: Int) -> UnsafeMutableRawPointer {
+  guard let memory = malloc(size) else { fatalError("GCD: out of memory (malloc of \(size) bytes)") }
+  return memory
+}
+
+/// `free(memory)`.
+@inlinable
+func system_free(_ memory: UnsafeMutableRawPointer) { free(memory) }
