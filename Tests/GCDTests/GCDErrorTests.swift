@@ -85,4 +85,86 @@ struct GCDErrorTests {
     let erased: any Error = GCDError(operation: "op", errno: EPERM)
     #expect((erased as? GCDError)?.errno == EPERM)
   }
+
+  @Test(
+    "with no descriptor left, every creation that needs one throws EMFILE naming its operation; nothing crashes, hangs or leaks",
+    .timeLimit(.minutes(1)))
+  func descriptorsExhausted() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      createWithNoDescriptorLeft()
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+}
+
+/// In an exit test's child: fills the descriptor table (under a lowered
+/// `RLIMIT_NOFILE`), then creates each object that needs a descriptor of its
+/// own and checks the `GCDError` it throws; then frees descriptors and checks
+/// the same creations work.
+func createWithNoDescriptorLeft() {
+  // libdispatch opens its epoll and eventfd descriptors on first use: warm it first.
+  let queue = Queue(label: "emfile")
+  let warm = DataAddSource(queue: queue)
+  let fired = Event()
+  warm.setEventHandler { fired.signal() }
+  warm.resume()
+  warm.merge(1)
+  requireInChild(fired, "the warm-up source did not fire")
+
+  var limit = rlimit()
+  childCheck(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, "getrlimit: errno \(errno)")
+  limit.rlim_cur = rlim_t(openDescriptorTargets().keys.max() ?? 0) + 32
+  childCheck(setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, "setrlimit: errno \(errno)")
+  var fillers: [Int32] = []
+  while true {
+    let descriptor = open("/dev/null", O_RDONLY | O_CLOEXEC)
+    if descriptor < 0 {
+      childCheck(errno == EMFILE, "filling the table stopped with errno \(errno), not EMFILE")
+      break
+    }
+    fillers.append(descriptor)
+  }
+
+  func expectEMFILE(_ what: String, naming operation: String, _ create: () throws(GCDError) -> Source) {
+    do {
+      let source = try create()
+      source.cancel()
+      endChild("failed: \(what) was created with no descriptor left")
+    } catch {
+      childCheck(error.errno == EMFILE, "\(what): errno \(error.errno) (\(error)), expected EMFILE")
+      childCheck(error.operation.contains(operation), "\(what): '\(error.operation)' does not name \(operation)")
+      childCheck(error.description.contains("EMFILE"), "\(what): '\(error)' does not say EMFILE")
+    }
+  }
+  let directory = TemporaryDirectory()
+  // The process's shared inotify instance is the first descriptor a FileSystemSource needs.
+  expectEMFILE("the shared inotify instance", naming: "inotify_init1") { () throws(GCDError) in
+    try FileSystemSource(path: directory.path, events: .write, queue: queue)
+  }
+  expectEMFILE("ProcSource's pidfd", naming: "pidfd_open") { () throws(GCDError) in
+    try ProcSource(pid: getpid(), queue: queue)
+  }
+  // One descriptor free: the inotify instance takes it, and the watch's own descriptor finds none.
+  close(fillers.removeLast())
+  expectEMFILE("FileSystemSource's watch descriptor", naming: ": open") { () throws(GCDError) in
+    try FileSystemSource(path: directory.path, events: .write, queue: queue)
+  }
+  expectEMFILE("FileSystemSource(fileDescriptor:)'s watch descriptor", naming: ": open") {
+    () throws(GCDError) in
+    try FileSystemSource(fileDescriptor: fillers[0], events: .write, queue: queue)
+  }
+  // Nothing was left open by the failures: with descriptors back, each creation works.
+  for descriptor in fillers.suffix(4) { close(descriptor) }
+  fillers.removeLast(4)
+  do {
+    let watch = try FileSystemSource(path: directory.path, events: .write, queue: queue)
+    let process = try ProcSource(pid: getpid(), queue: queue)
+    watch.cancel()
+    process.cancel()
+  } catch {
+    endChild("failed: with descriptors free again, creation threw \(error)")
+  }
+  for descriptor in fillers { close(descriptor) }
+  endChild("ok")
 }

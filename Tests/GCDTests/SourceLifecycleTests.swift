@@ -212,6 +212,42 @@ func runLifecycle(_ scenario: LifecycleScenario, _ kind: SourceKind) {
   }
 }
 
+/// Cancel is final and prompt: for every kind, a source cancelled while
+/// suspended (once or twice) or before it was ever started runs its cancel
+/// handler while it is still alive, with no `resume()`; `isSuspended` says
+/// suspended before the cancel and not after; the `resume()`s that match
+/// the earlier `suspend()`s are accepted afterwards, and no event handler
+/// runs after the cancel.
+func runPromptCancel() {
+  for kind in SourceKind.allCases {
+    for suspensions in [-1, 1, 2] {  // -1: never started
+      let what = "\(kind.typeName), " + (suspensions < 0 ? "never started" : "suspended \(suspensions)x")
+      let queue = Queue(label: "prompt-cancel.\(kind.rawValue)")
+      let (source, fire, cleanup) = kind.make(queue: queue)
+      let cancelled = Event()
+      let eventsAfterCancel = Counter()
+      source.setEventHandler { if source.isCancelled { eventsAfterCancel.increment() } }
+      source.setCancelHandler {
+        cleanup()
+        cancelled.signal()
+      }
+      childRequire(!source.isSuspended, "\(what): isSuspended before any suspend()")
+      if suspensions > 0 {
+        source.resume()
+        for _ in 0..<suspensions { source.suspend() }
+        childRequire(source.isSuspended, "\(what): isSuspended is false after suspend()")
+        fire()
+      }
+      source.cancel()
+      childRequire(cancelled.wait(), "\(what): the cancel handler did not run without a resume()")
+      childRequire(!source.isSuspended, "\(what): isSuspended is true after cancel()")
+      for _ in 0..<max(0, suspensions) { source.resume() }
+      queue.sync {}
+      childRequire(eventsAfterCancel.current == 0, "\(what): an event handler ran after cancel()")
+    }
+  }
+}
+
 /// Creates a running source of `kind` and resumes it once more than it was suspended.
 func resumeRunningSource(_ kind: SourceKind) {
   let (source, _, _) = kind.make(queue: .global())
@@ -225,6 +261,14 @@ struct SourceLifecycleTests {
   func neverResumed() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       runLifecycle(.neverResumed)
+    }
+    #expect(!standardError(of: result).contains("exit-test child:"), "\(standardError(of: result))")
+  }
+
+  @Test("cancel() of a suspended or never-started source runs the cancel handler at once, without resume()")
+  func promptCancel() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      runPromptCancel()
     }
     #expect(!standardError(of: result).contains("exit-test child:"), "\(standardError(of: result))")
   }

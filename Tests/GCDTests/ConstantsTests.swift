@@ -1,0 +1,108 @@
+import CDispatch
+import Testing
+
+@testable import GCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// Every constant the package spells in Swift equals the C value it stands
+/// for (swift-system's habit): the option sets' raw values, the QoS classes,
+/// the priority bands, `DISPATCH_TIME_FOREVER`, and the errno and signal
+/// numbers the C boundary names.
+@Suite("Constants")
+struct ConstantsTests {
+  @Test("ProcEvents are the DISPATCH_PROC_* flags")
+  func procEvents() {
+    #expect(ProcEvents.exit.rawValue == UInt(DISPATCH_PROC_EXIT))
+    #expect(ProcEvents.fork.rawValue == UInt(DISPATCH_PROC_FORK))
+    #expect(ProcEvents.exec.rawValue == UInt(DISPATCH_PROC_EXEC))
+    #expect(ProcEvents.signal.rawValue == UInt(DISPATCH_PROC_SIGNAL))
+    #expect(ProcEvents.all == [.exit, .fork, .exec, .signal])
+  }
+
+  @Test("FileSystemEvents are the DISPATCH_VNODE_* flags")
+  func fileSystemEvents() {
+    #expect(FileSystemEvents.delete.rawValue == UInt(DISPATCH_VNODE_DELETE))
+    #expect(FileSystemEvents.write.rawValue == UInt(DISPATCH_VNODE_WRITE))
+    #expect(FileSystemEvents.extend.rawValue == UInt(DISPATCH_VNODE_EXTEND))
+    #expect(FileSystemEvents.attrib.rawValue == UInt(DISPATCH_VNODE_ATTRIB))
+    #expect(FileSystemEvents.link.rawValue == UInt(DISPATCH_VNODE_LINK))
+    #expect(FileSystemEvents.rename.rawValue == UInt(DISPATCH_VNODE_RENAME))
+    #expect(FileSystemEvents.revoke.rawValue == UInt(DISPATCH_VNODE_REVOKE))
+  }
+
+  /// No header on Linux defines `QOS_CLASS_*` (libdispatch has them
+  /// built in), so each class is checked by libdispatch's own reading of
+  /// it: a queue attribute made with the class reads back as that class (an
+  /// unknown value reads back as unspecified; libdispatch on Linux records
+  /// `.userInteractive` as `.userInitiated`).
+  @Test("Queue.QoS classes are the values libdispatch knows as QOS_CLASS_*")
+  func qosClasses() {
+    func readBack(_ qosClass: UInt32) -> UInt32 {
+      Queue(label: "constants.qos", qos: Queue.QoS(rawClass: qosClass)).qos.rawClass
+    }
+    #expect(readBack(Queue.QoS.userInteractive.rawClass) == Queue.QoS.userInitiated.rawClass)
+    for qos in [Queue.QoS.userInitiated, .default, .utility, .background] {
+      #expect(readBack(qos.rawClass) == qos.rawClass, "\(qos)")
+      #expect(readBack(qos.rawClass + 1) == Queue.QoS.unspecified.rawClass, "\(qos) + 1 is no class")
+    }
+    #expect(Queue.QoS.unspecified.rawClass == 0)
+  }
+
+  /// `DISPATCH_QUEUE_PRIORITY_BACKGROUND` is `INT16_MIN`, which Swift does
+  /// not import: each band is also checked by the label libdispatch gives
+  /// the global queue it selects.
+  @Test("Queue.Priority identifiers are the DISPATCH_QUEUE_PRIORITY_* values")
+  func priorities() {
+    #expect(Queue.Priority.high.identifier == Int(DISPATCH_QUEUE_PRIORITY_HIGH))
+    #expect(Queue.Priority.default.identifier == Int(DISPATCH_QUEUE_PRIORITY_DEFAULT))
+    #expect(Queue.Priority.low.identifier == Int(DISPATCH_QUEUE_PRIORITY_LOW))
+    #expect(Queue.Priority.background.identifier == Int(Int16.min))
+    let labels: [(Queue.Priority, String)] = [
+      (.high, "user-initiated"), (.default, "default"), (.low, "utility"), (.background, "background"),
+    ]
+    for (priority, qos) in labels {
+      #expect(Queue.global(priority).label == "com.apple.root.\(qos)-qos", "\(priority)")
+    }
+  }
+
+  @Test("Deadline.forever is DISPATCH_TIME_FOREVER")
+  func forever() {
+    #expect(Deadline.forever.rawValue == DISPATCH_TIME_FOREVER)
+    #expect(Libdispatch.timeForever == DISPATCH_TIME_FOREVER)
+  }
+
+  @Test("the errno values the boundary names are the C library's")
+  func errnoValues() {
+    let pairs: [(Int32, Int32, String)] = [
+      (Errno.notPermitted, EPERM, "EPERM"), (Errno.noSuchFileOrDirectory, ENOENT, "ENOENT"),
+      (Errno.noSuchProcess, ESRCH, "ESRCH"), (Errno.interrupted, EINTR, "EINTR"),
+      (Errno.badFileDescriptor, EBADF, "EBADF"), (Errno.resourceTemporarilyUnavailable, EAGAIN, "EAGAIN"),
+      (Errno.noMemory, ENOMEM, "ENOMEM"), (Errno.permissionDenied, EACCES, "EACCES"),
+      (Errno.isDirectory, EISDIR, "EISDIR"), (Errno.invalidArgument, EINVAL, "EINVAL"),
+      (Errno.tooManyOpenFilesInSystem, ENFILE, "ENFILE"), (Errno.tooManyOpenFiles, EMFILE, "EMFILE"),
+      (Errno.noSpace, ENOSPC, "ENOSPC"), (Errno.brokenPipe, EPIPE, "EPIPE"), (Errno.outOfRange, ERANGE, "ERANGE"),
+      (Errno.noFunction, ENOSYS, "ENOSYS"), (Errno.notSupported, ENOTSUP, "ENOTSUP"),
+      (Errno.notDirectory, ENOTDIR, "ENOTDIR"), (Errno.canceled, ECANCELED, "ECANCELED"),
+    ]
+    for (swift, c, name) in pairs {
+      #expect(swift == c, "\(name)")
+      #expect(Errno.names[c] == name)
+    }
+    #expect(Errno.names.count == pairs.count)
+  }
+
+  @Test("the signal numbers the boundary names are the C library's")
+  func signalNumbers() {
+    #expect(Signal.illegalInstruction == SIGILL)
+    #expect(Signal.floatingPointException == SIGFPE)
+    #expect(Signal.kill == SIGKILL)
+    #expect(Signal.busError == SIGBUS)
+    #expect(Signal.segmentationFault == SIGSEGV)
+    #expect(Signal.stop == SIGSTOP)
+  }
+}
