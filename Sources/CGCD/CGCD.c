@@ -42,28 +42,35 @@ static inline void cgcd_dispatch_sync_either(uintptr_t barrier, void *queue, voi
   }
 }
 
-struct cgcd_sync_context {
+// A non-escaping Swift closure on its way through dispatch_sync_f or
+// dispatch_apply_f, with the frame it runs in: for `queue`, linked to the
+// caller's chain (for apply, shared read-only by every iteration).
+struct cgcd_call {
   cgcd_frame_t frame;
-  cgcd_swift_closure_fn function;
+  union {
+    cgcd_swift_closure_fn closure;
+    cgcd_swift_index_fn indexed;
+  } function;
   void *context;
 };
 
+static inline struct cgcd_call cgcd_call_make(void *queue, uintptr_t flags, void *context) {
+  return (struct cgcd_call){.frame = {.queue = queue, .flags = flags, .prev = cgcd_current_frame}, .context = context};
+}
+
 static void cgcd_sync_trampoline(void *argument) {
-  struct cgcd_sync_context *sync = argument;
+  struct cgcd_call *call = argument;
   cgcd_frame_t *saved = cgcd_current_frame;
-  cgcd_current_frame = &sync->frame;
-  sync->function(sync->context);
+  cgcd_current_frame = &call->frame;
+  call->function.closure(call->context);
   cgcd_current_frame = saved;
 }
 
 __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_t barrier,
                                           cgcd_swift_closure_fn function, void *context) {
-  struct cgcd_sync_context sync = {
-      .frame = {.queue = queue, .flags = flags, .prev = cgcd_current_frame},
-      .function = function,
-      .context = context,
-  };
-  cgcd_dispatch_sync_either(barrier, queue, &sync, cgcd_sync_trampoline);
+  struct cgcd_call call = cgcd_call_make(queue, flags, context);
+  call.function.closure = function;
+  cgcd_dispatch_sync_either(barrier, queue, &call, cgcd_sync_trampoline);
 }
 
 // The fast path of `sync` from outside any queue (no frame on this thread)
@@ -90,27 +97,17 @@ __attribute__((swiftcall)) void cgcd_sync_here(void *queue, uintptr_t flags, uin
   cgcd_current_frame = NULL;
 }
 
-struct cgcd_apply_context {
-  cgcd_frame_t frame;  // for `queue`, linked to the caller's chain; shared by every iteration
-  cgcd_swift_index_fn function;
-  void *context;
-};
-
 static void cgcd_apply_trampoline(void *argument, size_t index) {
-  struct cgcd_apply_context *apply = argument;
+  struct cgcd_call *call = argument;
   cgcd_frame_t *saved = cgcd_current_frame;
-  // Every iteration, on whatever thread, shares the one read-only frame.
-  cgcd_current_frame = &apply->frame;
-  apply->function((intptr_t)index, apply->context);
+  cgcd_current_frame = &call->frame;
+  call->function.indexed((intptr_t)index, call->context);
   cgcd_current_frame = saved;
 }
 
 __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
                                            cgcd_swift_index_fn function, void *context) {
-  struct cgcd_apply_context apply = {
-      .frame = {.queue = queue, .flags = flags, .prev = cgcd_current_frame},
-      .function = function,
-      .context = context,
-  };
-  cgcd_dispatch_apply_f(iterations, queue, &apply, cgcd_apply_trampoline);
+  struct cgcd_call call = cgcd_call_make(queue, flags, context);
+  call.function.indexed = function;
+  cgcd_dispatch_apply_f(iterations, queue, &call, cgcd_apply_trampoline);
 }

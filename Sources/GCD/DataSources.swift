@@ -17,8 +17,9 @@ public final class DataAddSource: Source, @unchecked Sendable {
   /// Adds `value` to the pending data and schedules the handler. Merging 0
   /// does nothing (as in C).
   ///
-  /// The corresponding C function is `dispatch_source_merge_data`.
   /// - Parameter value: The value to merge.
+  ///
+  /// The corresponding C function is `dispatch_source_merge_data`.
   @inlinable
   public func merge(_ value: UInt) { Libdispatch.source_merge_data(raw, value) }
 }
@@ -39,8 +40,9 @@ public final class DataOrSource: Source, @unchecked Sendable {
   /// ORs `value` into the pending data and schedules the handler. Merging 0
   /// does nothing (as in C).
   ///
-  /// The corresponding C function is `dispatch_source_merge_data`.
   /// - Parameter value: The value to merge.
+  ///
+  /// The corresponding C function is `dispatch_source_merge_data`.
   @inlinable
   public func merge(_ value: UInt) { Libdispatch.source_merge_data(raw, value) }
 }
@@ -62,8 +64,9 @@ public final class DataReplaceSource: Source, @unchecked Sendable {
   /// Merging 0 does nothing: libdispatch would store the 0, throwing away a
   /// pending value, and then skip the handler; this returns early instead.
   ///
-  /// The corresponding C function is `dispatch_source_merge_data`.
   /// - Parameter value: The value to merge.
+  ///
+  /// The corresponding C function is `dispatch_source_merge_data`.
   @inlinable
   public func merge(_ value: UInt) {
     if value == 0 { return }

@@ -14,13 +14,13 @@
 public final class ReadSource: Source, @unchecked Sendable {
   /// Creates a read source for `fileDescriptor` whose handlers run on `queue`.
   ///
+  /// - Parameters:
+  ///   - fileDescriptor: The descriptor to watch; it stays yours.
+  ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
   ///   `EISDIR` for a directory.
   ///
   /// The corresponding C function is `dispatch_source_create`.
-  /// - Parameters:
-  ///   - fileDescriptor: The descriptor to watch; it stays yours.
-  ///   - queue: The queue the handlers run on.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
     let operation = "ReadSource(fileDescriptor: \(fileDescriptor))"
     super.init(

@@ -22,47 +22,28 @@
 public final class SignalSource: Source, @unchecked Sendable {
   /// Whether a source can observe `signal`: a signal number (1...64) other
   /// than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and SIGFPE. Two tests.
-  @inline(__always)
   static func isObservable(_ signal: Int32) -> Bool {
-    let unobservable: UInt64 =
-      1 << UInt64(Signal.kill - 1) | 1 << UInt64(Signal.stop - 1) | 1 << UInt64(Signal.segmentationFault - 1)
-      | 1 << UInt64(Signal.busError - 1) | 1 << UInt64(Signal.illegalInstruction - 1)
-      | 1 << UInt64(Signal.floatingPointException - 1)
-    return signal >= 1 && signal <= 64 && unobservable & (1 << UInt64(signal - 1)) == 0
+    signal >= 1 && signal <= 64 && unobservableMask & (1 << UInt64(signal - 1)) == 0
   }
+
+  /// Bit `n - 1` set for each signal `n` that cannot be observed.
+  static let unobservableMask: UInt64 = unobservableSignals.reduce(0) { $0 | 1 << UInt64($1.number - 1) }
 
   /// Why `signal` cannot be observed, or nil if it can.
   static func rejection(of signal: Int32) -> String? {
-    return switch signal {
-    case Signal.kill, Signal.stop: "\(signalName(signal)) cannot be caught or observed"
-    case Signal.segmentationFault, Signal.busError, Signal.illegalInstruction, Signal.floatingPointException:
-      "\(signalName(signal)) means the process is broken; it cannot be observed from a queue"
-    case 1..<65: nil
-    default: "not a signal number (1...64)"
-    }
-  }
-
-  static func signalName(_ signal: Int32) -> String {
-    return switch signal {
-    case Signal.kill: "SIGKILL"
-    case Signal.stop: "SIGSTOP"
-    case Signal.segmentationFault: "SIGSEGV"
-    case Signal.busError: "SIGBUS"
-    case Signal.illegalInstruction: "SIGILL"
-    case Signal.floatingPointException: "SIGFPE"
-    default: "signal \(signal)"
-    }
+    if let entry = unobservableSignals.first(where: { $0.number == signal }) { return "\(entry.name) \(entry.reason)" }
+    return (1...64).contains(signal) ? nil : "not a signal number (1...64)"
   }
 
   /// Creates a source that observes `signal`, with handlers on `queue`.
   ///
+  /// - Parameters:
+  ///   - signal: The signal number (`SIGHUP`, `SIGTERM`, …).
+  ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EINVAL` for a number that is not a signal
   ///   or for a signal that cannot be observed.
   ///
   /// The corresponding C function is `dispatch_source_create`.
-  /// - Parameters:
-  ///   - signal: The signal number (`SIGHUP`, `SIGTERM`, …).
-  ///   - queue: The queue the handlers run on.
   public init(signal: Int32, queue: Queue) throws(GCDError) {
     if !SignalSource.isObservable(signal), let reason = SignalSource.rejection(of: signal) {
       throw GCDError(operation: "SignalSource(signal: \(signal))", errno: Errno.invalidArgument, detail: reason)

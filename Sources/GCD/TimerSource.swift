@@ -8,8 +8,9 @@ public final class TimerSource: Source, @unchecked Sendable {
   /// Creates a timer whose handlers run on `queue`. It does not fire until
   /// it is scheduled with `schedule(start:interval:leeway:)` and resumed.
   ///
-  /// The corresponding C function is `dispatch_source_create`.
   /// - Parameter queue: The queue the handlers run on.
+  ///
+  /// The corresponding C function is `dispatch_source_create`.
   public init(queue: Queue) {
     // A timer source with handle 0 and mask 0 is always accepted.
     super.init(created: try! Source.create(.timer, queue: queue), queue: queue)

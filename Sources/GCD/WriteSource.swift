@@ -13,21 +13,21 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`.
 public final class WriteSource: Source, @unchecked Sendable {
+  /// The watched descriptor.
+  public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
+
   /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
   ///
+  /// - Parameters:
+  ///   - fileDescriptor: The descriptor to watch; it stays yours.
+  ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
   ///   `EISDIR` for a directory.
   ///
   /// The corresponding C function is `dispatch_source_create`.
-  /// - Parameters:
-  ///   - fileDescriptor: The descriptor to watch; it stays yours.
-  ///   - queue: The queue the handlers run on.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
     let operation = "WriteSource(fileDescriptor: \(fileDescriptor))"
     super.init(
       created: try Source.create(descriptor: fileDescriptor, .write, queue: queue, operation: operation), queue: queue)
   }
-
-  /// The watched descriptor.
-  public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
 }

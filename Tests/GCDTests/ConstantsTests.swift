@@ -96,13 +96,18 @@ struct ConstantsTests {
     #expect(Errno.names.count == pairs.count)
   }
 
-  @Test("the signal numbers the boundary names are the C library's")
+  @Test("the unobservable signals are the C library's numbers, under their C names")
   func signalNumbers() {
-    #expect(Signal.illegalInstruction == SIGILL)
-    #expect(Signal.floatingPointException == SIGFPE)
-    #expect(Signal.kill == SIGKILL)
-    #expect(Signal.busError == SIGBUS)
-    #expect(Signal.segmentationFault == SIGSEGV)
-    #expect(Signal.stop == SIGSTOP)
+    let expected: [(Int32, String)] = [
+      (SIGKILL, "SIGKILL"), (SIGSTOP, "SIGSTOP"), (SIGSEGV, "SIGSEGV"), (SIGBUS, "SIGBUS"), (SIGILL, "SIGILL"),
+      (SIGFPE, "SIGFPE"),
+    ]
+    #expect(unobservableSignals.map(\.number) == expected.map(\.0))
+    #expect(unobservableSignals.map(\.name) == expected.map(\.1))
+    for (number, name) in expected {
+      #expect(!SignalSource.isObservable(number), "\(name)")
+      #expect(SignalSource.rejection(of: number)?.hasPrefix(name) == true, "\(name)")
+    }
+    #expect(SignalSource.isObservable(SIGHUP) && SignalSource.rejection(of: SIGHUP) == nil)
   }
 }

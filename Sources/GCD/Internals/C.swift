@@ -205,18 +205,28 @@ enum Libdispatch {
   static func source_set_event_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
     dispatch_source_set_event_handler(source, handler)
   }
-  static func source_set_event_handler_f(_ source: OpaquePointer, _ handler: Function) {
-    dispatch_source_set_event_handler_f(source, handler)
+
+  /// The handlers a source has besides its cancel handler.
+  enum SourceHandler { case event, registration }
+
+  /// `dispatch_source_set_event_handler` or `dispatch_source_set_registration_handler`.
+  static func source_set_handler(
+    _ source: OpaquePointer, _ kind: SourceHandler, _ handler: @escaping @convention(block) () -> Void
+  ) {
+    switch kind {
+    case .event: dispatch_source_set_event_handler(source, handler)
+    case .registration: dispatch_source_set_registration_handler(source, handler)
+    }
+  }
+
+  /// `dispatch_source_set_event_handler_f` or `dispatch_source_set_registration_handler_f`.
+  static func source_set_handler_f(_ source: OpaquePointer, _ kind: SourceHandler, _ handler: Function) {
+    switch kind {
+    case .event: dispatch_source_set_event_handler_f(source, handler)
+    case .registration: dispatch_source_set_registration_handler_f(source, handler)
+    }
   }
   static func source_set_cancel_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
     dispatch_source_set_cancel_handler(source, handler)
-  }
-  static func source_set_registration_handler(
-    _ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void
-  ) {
-    dispatch_source_set_registration_handler(source, handler)
-  }
-  static func source_set_registration_handler_f(_ source: OpaquePointer, _ handler: Function) {
-    dispatch_source_set_registration_handler_f(source, handler)
   }
 }

@@ -169,21 +169,16 @@ enum Errno {
   ]
 }
 
-/// The signal numbers the package names, with Swift names.
-enum Signal {
-  /// `SIGILL`
-  static let illegalInstruction = SIGILL
-  /// `SIGFPE`
-  static let floatingPointException = SIGFPE
-  /// `SIGKILL`
-  static let kill = SIGKILL
-  /// `SIGBUS`
-  static let busError = SIGBUS
-  /// `SIGSEGV`
-  static let segmentationFault = SIGSEGV
-  /// `SIGSTOP`
-  static let stop = SIGSTOP
-}
+/// The signals a `SignalSource` cannot observe, by number, with their C
+/// names and why.
+let unobservableSignals: [(number: Int32, name: String, reason: String)] = [
+  (SIGKILL, "SIGKILL", "cannot be caught or observed"),
+  (SIGSTOP, "SIGSTOP", "cannot be caught or observed"),
+  (SIGSEGV, "SIGSEGV", "means the process is broken; it cannot be observed from a queue"),
+  (SIGBUS, "SIGBUS", "means the process is broken; it cannot be observed from a queue"),
+  (SIGILL, "SIGILL", "means the process is broken; it cannot be observed from a queue"),
+  (SIGFPE, "SIGFPE", "means the process is broken; it cannot be observed from a queue"),
+]
 
 // MARK: - Memory
 
