@@ -123,8 +123,7 @@ private struct SpawnResult {
 
 /// Runs `path` with its standard output and error going to one temporary file, waits for it for at
 /// most `timeout` (then kills it), and returns what it wrote and how it ended (a negative status is a
-/// signal number). The example starts with no blocked signals and default dispositions, whatever the
-/// test runner's threads block or ignore.
+/// signal number).
 private func spawnAndWait(_ path: String, arguments: [String], timeout: Duration) async throws -> SpawnResult {
   var template = Array("/tmp/gcd-example-output-XXXXXX".utf8CString)
   let outputFD = mkstemp(&template)
@@ -141,20 +140,11 @@ private func spawnAndWait(_ path: String, arguments: [String], timeout: Duration
   posix_spawn_file_actions_adddup2(&actions, outputFD, STDOUT_FILENO)
   posix_spawn_file_actions_adddup2(&actions, outputFD, STDERR_FILENO)
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
-  var attributes = posix_spawnattr_t()
-  posix_spawnattr_init(&attributes)
-  defer { posix_spawnattr_destroy(&attributes) }
-  var signals = sigset_t()
-  sigemptyset(&signals)
-  posix_spawnattr_setsigmask(&attributes, &signals)
-  for signal in [SIGHUP, SIGINT, SIGTERM, SIGPIPE] { sigaddset(&signals, signal) }
-  posix_spawnattr_setsigdefault(&attributes, &signals)
-  posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
 
   let argv = ([path] + arguments).map { strdup($0) } + [nil]
   defer { argv.forEach { free($0) } }
   var pid: pid_t = 0
-  let spawned = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+  let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
   try #require(spawned == 0, "posix_spawn(\(path)) failed: errno \(spawned)")
 
   let deadline = ContinuousClock.now + timeout
