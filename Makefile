@@ -28,9 +28,11 @@ build:
 	  if grep -q "warning:" .build-log.txt; then echo "make build: warnings are errors here"; rm -f .build-log.txt; exit 1; fi; \
 	  rm -f .build-log.txt
 
-## test: the whole test suite (Swift Testing), examples included, then one
-## --quick run of the benchmark (debug build) so that it cannot rot
+## test: docs/listings.md checked against the examples' code, the whole test
+## suite (Swift Testing), examples included, then one --quick run of the
+## benchmark (debug build) so that it cannot rot
 test: build $(BENCH_C_LIB)
+	docs/listings.sh --check
 	$(SWIFT) test --skip-build
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
 	@echo "GCDBenchmarks --quick: ok"

@@ -1,30 +1,16 @@
 // swift-tools-version:6.0
+import Foundation
 import PackageDescription
 
-/// One executable per documented listing (shared/LISTINGS.md), run with
-/// `swift run Example<Name>`.
-let examples: [String] = [
-  "ExampleQueueFinalizer",
-  "ExampleAsyncSync",
-  "ExampleCompletionBlock",
-  "ExampleConcurrentLoop",
-  "ExampleSemaphore",
-  "ExampleGroupWait",
-  "ExampleAfter",
-  "ExampleSuspendResume",
-  "ExampleTargetQueue",
-  "ExampleFunctionHandlers",
-  "ExampleMainQueue",
-  "ExampleTimer",
-  "ExampleReadFile",
-  "ExampleWriteFile",
-  "ExampleSignal",
-  "ExampleRemoveSource",
-  "ExampleDataAdd",
-  "ExampleProgress",
-  "ExampleMonitorParent",
-  "ExampleMonitorRename",
-]
+/// One executable per documented listing (shared/LISTINGS.md): each folder `Examples/<Name>` that holds
+/// a `main.swift` is the target `Example<Name>`, run with `swift run Example<Name>`. SwiftPM caches
+/// the evaluated manifest by its text, so after adding or removing a folder run
+/// `swift package purge-cache` once. (Where the folder cannot be listed, as for a package evaluated
+/// away from its checkout, there are no examples: the library does not need them.)
+let examplesPath = Context.packageDirectory + "/Examples"
+let examples = ((try? FileManager.default.contentsOfDirectory(atPath: examplesPath)) ?? [])
+  .filter { FileManager.default.fileExists(atPath: "\(examplesPath)/\($0)/main.swift") }
+  .sorted()
 
 let package = Package(
   name: "GCD",
@@ -39,9 +25,6 @@ let package = Package(
     // Makefile) and against the toolchain's `Dispatch`. See docs/performance.md.
     .executableTarget(name: "GCDBenchmarks", dependencies: ["GCD"], path: "Benchmarks/GCDBenchmarks"),
   ]
-    + examples.map {
-      .executableTarget(
-        name: $0, dependencies: ["GCD"], path: "Examples/\($0.dropFirst("Example".count))")
-    },
+    + examples.map { .executableTarget(name: "Example\($0)", dependencies: ["GCD"], path: "Examples/\($0)") },
   swiftLanguageModes: [.v6]
 )

@@ -1,109 +1,62 @@
-// Reproduces `MonitorNameChangesToFile(filename)` ("Monitoring a File-System Object"): open the file
-// for events only, make a VNODE source with `DISPATCH_VNODE_RENAME` on the default global queue, keep a
-// copy of the file name as the source's context, call `MyUpdateFileName` on each rename, and free the
-// name and close the descriptor in the cancel handler.
+// Reproduces `MonitorNameChangesToFile(filename)` ("Monitoring a File-System Object"): open the file for
+// events only, a VNODE source for `DISPATCH_VNODE_RENAME` on the default global queue, a copy of the
+// name as the source's context, `MyUpdateFileName` on each rename, and a cancel handler that frees the
+// name and closes the descriptor.
 //
-// On Linux: libdispatch has no vnode source (and there is no `O_EVTONLY`): `FileSystemSource` watches
-// the file through the process's one inotify instance, and its `path` gives the new name after a
-// rename. The example renames its temporary file twice and prints both events and the new names.
+// On Linux: libdispatch has no vnode source and there is no O_EVTONLY: `FileSystemSource` watches the
+// file through inotify, and its `path` is the name after a rename. The program renames the file itself,
+// twice (to <file>.1, then <file>.2), each time after the event for the last rename.
+//
+// Usage: ExampleMonitorRename [file, default /tmp/ExampleMonitorRename.txt, created if missing]
 
 import GCD
 import Glibc
-import Synchronization
 
-let events = Atomic<Int>(0)
+let filename = CommandLine.arguments.count > 1 ? CommandLine.arguments[1] : "/tmp/ExampleMonitorRename.txt"
 let renamed = try! Semaphore(value: 0)
 let cancelled = try! Semaphore(value: 0)
 
-/// `MyUpdateFileName(oldFilename, fd)`: the name in the context is now stale; the source knows the
-/// new one. Replaces the context's copy.
-func myUpdateFileName(_ source: FileSystemSource, _ fd: Int32) {
-  let oldFilename = String(cString: source.context!.assumingMemoryBound(to: CChar.self))
-  let newFilename = source.path ?? "(unknown)"
-  let event = events.add(1, ordering: .relaxed).newValue
-  print(
-    "event \(event): \(FileSystemEvents(rawValue: source.data)) on descriptor \(fd): "
-      + "\(basename(oldFilename)) -> \(basename(newFilename))")
+/// The file has a new name: replaces the stale copy in the source's context.
+func myUpdateFileName(_ oldFilename: String, _ fd: Int32, _ source: FileSystemSource) {
+  let newFilename = source.path ?? oldFilename
+  print("MyUpdateFileName: \(source.firedEvents) on descriptor \(fd): \(oldFilename) -> \(newFilename)")
   free(source.context)
   source.context = UnsafeMutableRawPointer(strdup(newFilename))
   renamed.signal()
 }
 
-func basename(_ path: String) -> String { String(path.split(separator: "/").last ?? "") }
-
-/// `MonitorNameChangesToFile(filename)`.
 func monitorNameChangesToFile(_ filename: String) -> FileSystemSource? {
-  let fd = open(filename, O_RDONLY | O_CLOEXEC)  // O_EVTONLY has no Linux equivalent
+  let fd = open(filename, O_RDONLY)
   if fd == -1 { return nil }
-
-  let queue = Queue.global(.default)
-  guard let source = try? FileSystemSource(fileDescriptor: fd, events: .rename, queue: queue) else {
+  guard let source = try? FileSystemSource(fileDescriptor: fd, events: .rename, queue: .global(.default)) else {
     close(fd)
     return nil
   }
   // Copy the filename for later use.
   source.context = UnsafeMutableRawPointer(strdup(filename))
-
-  // Install the event handler to process the name change (weakly: the caller owns the source).
-  source.setEventHandler { [weak source] in
-    guard let source else { return }
-    myUpdateFileName(source, fd)
+  // Install the event handler to process the name change
+  source.setEventHandler {
+    let oldFilename = String(cString: source.context!.assumingMemoryBound(to: CChar.self))
+    myUpdateFileName(oldFilename, fd, source)
   }
-
   // Install a cancellation handler to free the descriptor and the stored string.
-  source.setCancelHandler { [weak source] in
-    if let source {
-      print(
-        "cancel handler: freeing '\(basename(String(cString: source.context!.assumingMemoryBound(to: CChar.self))))'")
-      free(source.context)
-      source.context = nil
-    }
-    close(fd)
+  source.setCancelHandler {
+    let fileStr = source.context!.assumingMemoryBound(to: CChar.self)
+    print("cancel handler: free('\(String(cString: fileStr))'), close(fd) returned \(close(fd))")
+    free(fileStr)
     cancelled.signal()
   }
-
   // Start processing events.
   source.resume()
   return source
 }
 
-var template = Array("/tmp/MonitorRename-XXXXXX".utf8CString)
-guard mkdtemp(&template) != nil else {
-  print("mkdtemp failed")
-  exit(1)
+close(open(filename, O_WRONLY | O_CREAT, 0o644))
+guard let source = monitorNameChangesToFile(filename) else { fatalError("cannot watch \(filename)") }
+for (from, to) in [(filename, filename + ".1"), (filename + ".1", filename + ".2")] {
+  print("rename(\(from), \(to))")
+  precondition(rename(from, to) == 0, "rename failed: errno \(errno)")
+  precondition(renamed.wait(timeout: .seconds(10)), "no event for the rename to \(to) in 10 s")
 }
-let directory = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-let original = directory + "/original.txt"
-let created = open(original, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-close(created)
-print("watching \(basename(original)) for renames")
-
-guard let source = monitorNameChangesToFile(original) else {
-  print("could not monitor \(original)")
-  exit(1)
-}
-
-var names: [String] = []
-for name in ["first-rename.txt", "second-rename.txt"] {
-  let from = names.last.map { directory + "/" + $0 } ?? original
-  guard rename(from, directory + "/" + name) == 0 else {
-    print("rename failed")
-    exit(1)
-  }
-  names.append(name)
-  guard renamed.wait(timeout: .seconds(10)) else {
-    print("no event for the rename to \(name)")
-    exit(1)
-  }
-  print("source.path now ends with \(name): \(source.path == directory + "/" + name)")
-}
-
 source.cancel()
-guard cancelled.wait(timeout: .seconds(10)) else {
-  print("the cancel handler did not run")
-  exit(1)
-}
-unlink(directory + "/" + names.last!)
-rmdir(directory)
-print("rename events: \(events.load(ordering: .relaxed))")
-exit(events.load(ordering: .relaxed) == 2 ? 0 : 1)
+precondition(cancelled.wait(timeout: .seconds(10)), "the cancel handler did not run in 10 s")

@@ -1,57 +1,49 @@
 // Reproduces the progress-bar example of the custom-source article: a `DISPATCH_SOURCE_TYPE_DATA_ADD`
 // source on the main queue; 100 tasks on the default global queue each `usleep(20000)` and then
 // `dispatch_source_merge_data(source, 1)`; the handler adds `dispatch_source_get_data` to
-// `totalComplete` and logs the progress `totalComplete / 100`.
+// `totalComplete` and logs the progress, `totalComplete / 100`.
 //
-// On Linux: the same calls; the main queue is drained by `dispatchMain()` and the program ends with
-// `exit(0)` at 100 %. A 2-core machine runs only a few tasks at once, so the handler stands for a real
-// progress-bar redraw and takes a while (argument); merges that arrive meanwhile are coalesced, and the
-// bar is redrawn far fewer than 100 times, yet the total is exact.
+// On Linux: the same calls; `dispatchMain()` drains the main queue and the handler ends the program with
+// `exit(0)` at 1.0. The handler stands for a progress-bar redraw and takes a while (an argument): the
+// merges that come meanwhile are merged into its next call, so it runs far fewer than 100 times.
 //
-// Usage: ExampleProgress [tasks, default 100] [ms each task sleeps, default 20] [ms a redraw takes, default 50]
+// Usage: ExampleProgress [tasks, default 100] [ms a task sleeps, default 20] [ms a redraw takes, default 50]
 
 import GCD
 import Glibc
 import Synchronization
 
-let arguments = CommandLine.arguments
-let taskCount = arguments.count > 1 ? Int(arguments[1]) ?? 100 : 100
-let sleepMilliseconds = arguments.count > 2 ? Int(arguments[2]) ?? 20 : 20
-let redrawMilliseconds = arguments.count > 3 ? Int(arguments[3]) ?? 50 : 50
+let arguments = CommandLine.arguments.dropFirst().compactMap { Int($0) }
+let taskCount = arguments.first ?? 100
+let sleepMicroseconds = UInt32(arguments.dropFirst().first ?? 20) * 1000
+let redrawMicroseconds = UInt32(arguments.dropFirst(2).first ?? 50) * 1000
 
 let source = DataAddSource(queue: .main)
-/// `totalComplete` and the number of handler calls; touched only by the handler, on the main queue.
-let totalComplete = Mutex<(completed: UInt, calls: Int)>((0, 0))
+/// `totalComplete`, and how many times the handler ran.
+let state = Mutex((totalComplete: UInt(0), calls: 0))
 
 source.setEventHandler {
-  // The merged value: every merge since the last call of the handler, added up.
+  // Every merge since the handler last ran, added up.
   let value = source.data
-  let (completed, calls) = totalComplete.withLock { state in
-    state.completed += value
-    state.calls += 1
+  let (totalComplete, calls) = state.withLock { state in
+    state = (state.totalComplete + value, state.calls + 1)
     return state
   }
-  let progress = Double(completed) / Double(taskCount)
-  print("progress: \(progress) (+\(value))")
-  usleep(UInt32(redrawMilliseconds * 1000))  // redrawing the progress bar
-  if completed == UInt(taskCount) {
-    print("progress reached exactly 1.0: \(progress == 1.0)")
-    print("handler calls: \(calls) for \(taskCount) merges (coalesced: \(calls < taskCount))")
+  print("progress: \(Double(totalComplete) / Double(taskCount)) (+\(value))")
+  usleep(redrawMicroseconds)  // redraws the progress bar
+  if totalComplete == taskCount {
+    print("\(calls) handler calls for \(taskCount) merges")
     exit(0)
   }
 }
-
-// The source is created inactive: resume it before it can deliver anything.
+// A source starts suspended: resume it before it can deliver anything.
 source.resume()
 
-let queue = Queue.global()
+let queue = Queue.global(.default)
 for _ in 0..<taskCount {
   queue.async {
-    usleep(UInt32(sleepMilliseconds * 1000))
+    usleep(sleepMicroseconds)
     source.merge(1)
   }
 }
-print(
-  "\(taskCount) tasks submitted, each sleeps \(sleepMilliseconds) ms then merges 1; a redraw takes \(redrawMilliseconds) ms"
-)
 dispatchMain()
