@@ -15,6 +15,7 @@
 #   GCD_BENCH_C_LIB=path        (default: .build/bench/libbench_c.so)
 #   N1=2000 N2=6000             (operation counts of the two runs)
 #   PROFILE=dir                 also keep the callgrind files of the N2 runs in dir
+#   VARIANTS="GCD"              only these variants (default: C GCD Dispatch)
 set -euo pipefail
 
 BIN=${BIN:-.build/release/GCDBenchmarks}
@@ -60,7 +61,7 @@ marginal() { # tool op variant -> per-operation figure
 
 printf '%-20s %-9s %14s %14s\n' operation variant "instr/op" "allocs/op"
 for op in "${OPS[@]}"; do
-  for variant in C GCD Dispatch; do
+  for variant in ${VARIANTS:-C GCD Dispatch}; do
     if ! "$BIN" --c-lib "$LIB" --quick --no-memory --only "$op" --variant "$variant" --count 1 2>/dev/null |
       grep -q "^op=$op variant=$variant ns_per_op="; then
       printf '%-20s %-9s %14s %14s\n' "$op" "$variant" n/a n/a

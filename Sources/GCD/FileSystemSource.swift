@@ -21,6 +21,9 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
   /// - Parameter rawValue: `DISPATCH_VNODE_*` bits.
   public init(rawValue: UInt) { self.rawValue = rawValue }
 
+  /// Every flag.
+  public static let all: FileSystemEvents = [.delete, .write, .extend, .attrib, .link, .rename, .revoke]
+
   /// The file was deleted (its last name removed). `DISPATCH_VNODE_DELETE`.
   public static let delete = FileSystemEvents(rawValue: 0x1)
   /// The file's data changed; for a directory, an entry was added, removed
@@ -36,9 +39,6 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
   public static let rename = FileSystemEvents(rawValue: 0x20)
   /// The file system holding the file was unmounted. `DISPATCH_VNODE_REVOKE`.
   public static let revoke = FileSystemEvents(rawValue: 0x40)
-
-  /// Every flag.
-  public static let all: FileSystemEvents = [.delete, .write, .extend, .attrib, .link, .rename, .revoke]
 
   static let names: [(FileSystemEvents, String)] = [
     (.delete, ".delete"), (.write, ".write"), (.extend, ".extend"), (.attrib, ".attrib"),
@@ -131,13 +131,7 @@ public final class FileSystemSource: Source, @unchecked Sendable {
     center: Inotify, pathDescriptor: Int32, handle: Int32, events: FileSystemEvents, queue: Queue,
     operation: String
   ) throws(GCDError) {
-    let created: OpaquePointer
-    do {
-      created = try Source.create(.dataOr, queue: queue)
-    } catch {
-      system_close(pathDescriptor)
-      throw error
-    }
+    let created = try Source.createWatcherTarget(queue: queue, closingOnFailure: pathDescriptor)
     let watch: InotifyWatch
     do {
       watch = try center.register(pathDescriptor: pathDescriptor, events: events, target: created, operation: operation)

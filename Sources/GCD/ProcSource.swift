@@ -91,13 +91,7 @@ public final class ProcSource: Source, @unchecked Sendable {
     let descriptor = try checkedCall(operation + ": pidfd_open", detail: ProcSource.explain) {
       system_pidfd_open(pid)
     }
-    let created: OpaquePointer
-    do {
-      created = try Source.create(.dataOr, queue: queue)
-    } catch {
-      system_close(descriptor)
-      throw error
-    }
+    let created = try Source.createWatcherTarget(queue: queue, closingOnFailure: descriptor)
     let watcher = PidWatcher(descriptor: descriptor, bits: events.intersection(.exit).rawValue, target: created)
     self.pid = pid
     watchedEvents = events

@@ -44,3 +44,19 @@ struct MergeTarget: @unchecked Sendable {  // a libdispatch source, which is thr
 
   func release() { Libdispatch.release(source) }
 }
+
+extension Source {
+  /// The DATA_OR C source a kernel watcher merges into. Should libdispatch
+  /// refuse it, `descriptor` (the kernel object the watcher was to own) is
+  /// closed before the error is thrown.
+  static func createWatcherTarget(queue: Queue, closingOnFailure descriptor: Int32) throws(GCDError)
+    -> OpaquePointer
+  {
+    do {
+      return try create(.dataOr, queue: queue)
+    } catch {
+      system_close(descriptor)
+      throw error
+    }
+  }
+}
