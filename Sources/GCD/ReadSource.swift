@@ -22,9 +22,10 @@ public final class ReadSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    let operation = "ReadSource(fileDescriptor: \(fileDescriptor))"
     super.init(
-      created: try Source.create(descriptor: fileDescriptor, .read, queue: queue, operation: operation), queue: queue)
+      created: try Source.create(
+        descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))"),
+      queue: queue)
   }
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.

@@ -68,15 +68,16 @@ public class Source: DispatchObject, @unchecked Sendable {
   /// and not a directory (epoll cannot watch one: libdispatch would accept
   /// it and the source would never fire). The initializer the descriptor
   /// sources share.
-  static func create(descriptor: Int32, _ type: Libdispatch.SourceType, queue: Queue, operation: String)
-    throws(GCDError) -> OpaquePointer
+  static func create(
+    descriptor: Int32, _ type: Libdispatch.SourceType, queue: Queue, operation: @autoclosure () -> String
+  ) throws(GCDError) -> OpaquePointer
   {
     guard descriptor >= 0, let status = system_fstat(descriptor) else {
-      throw GCDError(operation: operation, errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
+      throw GCDError(operation: operation(), errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
     }
     if status.isDirectory {
       throw GCDError(
-        operation: operation, errno: Errno.isDirectory,
+        operation: operation(), errno: Errno.isDirectory,
         detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")
     }
     return try create(type, handle: UInt(descriptor), queue: queue)

@@ -26,8 +26,9 @@ public final class WriteSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    let operation = "WriteSource(fileDescriptor: \(fileDescriptor))"
     super.init(
-      created: try Source.create(descriptor: fileDescriptor, .write, queue: queue, operation: operation), queue: queue)
+      created: try Source.create(
+        descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))"),
+      queue: queue)
   }
 }
