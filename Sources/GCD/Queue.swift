@@ -445,7 +445,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_resume`.
   public func resume() {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be resumed") }
-    state.update { $0.resume(starts: false) }.perform(on: raw) { _ in
+    if state.update({ $0.resume(starts: false) }).perform(on: raw) != nil {
       fatalError("GCD: Queue '\(label)': resume() without a matching suspend()")
     }
   }
