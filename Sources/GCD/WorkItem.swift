@@ -181,10 +181,20 @@ public final class WorkItem: Sendable {
     let barrier = flags.contains(.barrier)
     let frameFlags = queue.flags | (barrier ? frameExclusive : 0)
     let raw = queue.raw
+    if let deadline, barrier {
+      // dispatch_after has no barrier form: at the deadline, submit it as one.
+      let resubmit = Work.context({ self.submit(to: queue, deadline: nil) }, queue: raw, flags: queue.flags)
+      Libdispatch.after_f(deadline, raw, resubmit) { Work.run($0) }
+      return
+    }
     if needsBlock {
       let block = makeBlock { self.run(queue: queue.raw, flags: frameFlags) }
       if let deadline {
         Libdispatch.after_block(deadline, raw, block)
+      } else if barrier {
+        // The block's own barrier flag, given to dispatch_async, did not
+        // always hold under load (tests); dispatch_barrier_async always does.
+        Libdispatch.barrier_async_block(raw, block)
       } else {
         Libdispatch.async_block(raw, block)
       }

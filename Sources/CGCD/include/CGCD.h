@@ -178,6 +178,9 @@ extern cgcd_block_t _Nullable cgcd_block_create_with_qos_class(uintptr_t flags, 
 /// `dispatch_async` of a block, which keeps its identity (and so its flags).
 extern void cgcd_async_block(void *queue, cgcd_block_t block) __asm__("dispatch_async");
 
+/// `dispatch_barrier_async` of a block, likewise.
+extern void cgcd_barrier_async_block(void *queue, cgcd_block_t block) __asm__("dispatch_barrier_async");
+
 /// `dispatch_after` of a block, likewise.
 extern void cgcd_after_block(uint64_t when, void *queue, cgcd_block_t block) __asm__("dispatch_after");
 #endif

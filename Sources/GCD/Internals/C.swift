@@ -177,6 +177,10 @@ enum Libdispatch {
   static func async_block(_ queue: OpaquePointer, _ block: @escaping Block) {
     cgcd_async_block(UnsafeMutableRawPointer(queue), block)
   }
+  /// `dispatch_barrier_async` of a block made by `block_create_with_qos_class`.
+  static func barrier_async_block(_ queue: OpaquePointer, _ block: @escaping Block) {
+    cgcd_barrier_async_block(UnsafeMutableRawPointer(queue), block)
+  }
   /// `dispatch_after` of a block made by `block_create_with_qos_class`.
   static func after_block(_ when: UInt64, _ queue: OpaquePointer, _ block: @escaping Block) {
     cgcd_after_block(when, UnsafeMutableRawPointer(queue), block)
