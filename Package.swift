@@ -24,6 +24,7 @@ let examples: [String] = [
   "ExampleProgress",
   "ExampleMonitorParent",
   "ExampleMonitorRename",
+  "ExampleBuildPipeline",
 ]
 
 let package = Package(

@@ -478,9 +478,11 @@ struct WorkItemTests {
     }
   }
 
-  @Test("every flag is accepted by libdispatch and the item runs", arguments: [
-    WorkItem.Flags.barrier, .detached, .assignCurrentContext, .noQoS, .inheritQoS, .enforceQoS,
-  ])
+  @Test(
+    "every flag is accepted by libdispatch and the item runs",
+    arguments: [
+      WorkItem.Flags.barrier, .detached, .assignCurrentContext, .noQoS, .inheritQoS, .enforceQoS,
+    ])
   func eachFlag(flag: WorkItem.Flags) {
     let ran = Event()
     let item = WorkItem(flags: flag) { ran.signal() }
@@ -625,50 +627,126 @@ struct WorkItemTests {
 
 /// The child of `dropInEveryState`: drops an item in each state.
 private func dropItemsInEveryState() -> Never {
-    let queue = Queue(label: "workitem.drop")
-    do { _ = WorkItem {} }
-    let notified = Event()
-    do {
-      let item = WorkItem { failChild("a dropped unrun item ran") }
-      item.notify(on: queue) { notified.signal() }
-      _ = item.wait(timeout: .milliseconds(1))
+  let queue = Queue(label: "workitem.drop")
+  do { _ = WorkItem {} }
+  let notified = Event()
+  do {
+    let item = WorkItem { failChild("a dropped unrun item ran") }
+    item.notify(on: queue) { notified.signal() }
+    _ = item.wait(timeout: .milliseconds(1))
+  }
+  requireInChild(notified, "the notify of a dropped unrun item did not run")
+  do {
+    let item = WorkItem {}
+    item.cancel()
+  }
+  do {
+    let item = WorkItem {}
+    item.perform()
+    item.notify(on: queue) {}
+  }
+  let ran = Event()
+  do { queue.async(WorkItem { ran.signal() }) }
+  requireInChild(ran, "a submitted item dropped by its caller did not run")
+  let started = Event()
+  let proceed = Event()
+  let finished = Event()
+  do {
+    let item = WorkItem {
+      started.signal()
+      proceed.wait()
     }
-    requireInChild(notified, "the notify of a dropped unrun item did not run")
-    do {
-      let item = WorkItem {}
-      item.cancel()
-    }
-    do {
-      let item = WorkItem {}
-      item.perform()
-      item.notify(on: queue) {}
-    }
-    let ran = Event()
-    do { queue.async(WorkItem { ran.signal() }) }
-    requireInChild(ran, "a submitted item dropped by its caller did not run")
-    let started = Event()
-    let proceed = Event()
-    let finished = Event()
-    do {
-      let item = WorkItem {
-        started.signal()
-        proceed.wait()
-      }
-      item.notify(on: queue) { finished.signal() }
-      Queue.global().async(item)
-      requireInChild(started, "the item did not start")
-    }
-    proceed.signal()
-    requireInChild(finished, "an item dropped while running did not finish")
-    let dependentRan = Event()
-    do {
-      let dependency = WorkItem {}
-      let dependent = WorkItem { dependentRan.signal() }
-      dependent.start(on: queue, after: [dependency])
-    }
-    requireInChild(dependentRan, "an item whose dropped dependency was unrun did not run")
-    let afterRan = Event()
-    queue.after(.milliseconds(1)) { afterRan.signal() }
-    requireInChild(afterRan, "after with its result ignored did not run")
+    item.notify(on: queue) { finished.signal() }
+    Queue.global().async(item)
+    requireInChild(started, "the item did not start")
+  }
+  proceed.signal()
+  requireInChild(finished, "an item dropped while running did not finish")
+  let dependentRan = Event()
+  do {
+    let dependency = WorkItem {}
+    let dependent = WorkItem { dependentRan.signal() }
+    dependent.start(on: queue, after: [dependency])
+  }
+  requireInChild(dependentRan, "an item whose dropped dependency was unrun did not run")
+  let afterRan = Event()
+  queue.after(.milliseconds(1)) { afterRan.signal() }
+  requireInChild(afterRan, "after with its result ignored did not run")
   endChild("ok")
+}
+
+/// ExampleBuildPipeline, run as a program: its output's invariants.
+@Suite("Example BuildPipeline")
+struct BuildPipelineExampleTests {
+  @Test("the pipeline runs in dependency order, the cancelled item never runs, completion on the caller's queue")
+  func buildPipeline() async throws {
+    let run = try await runExample("ExampleBuildPipeline")
+    let lines = run.output.split(separator: "\n").map(String.init)
+    func index(_ line: String) -> Int { lines.firstIndex(of: line) ?? -1 }
+    let order = [
+      "state: compile -> running", "compile: compiling 3 sources", "state: compile -> finished",
+      "state: link -> running", "link: linking (lint cancelled)", "state: link -> finished",
+      "state: package -> running", "package: writing build.tar", "state: package -> finished",
+      "completion: on the caller's queue: true",
+      "summary: compile finished, lint cancelled, link finished, package finished; lint ran: false",
+    ]
+    let positions = order.map(index)
+    let stateLines = lines.filter { $0.hasPrefix("state: ") }
+    #expect(run.status == 0, "\(run.output)")
+    #expect(positions.allSatisfy { $0 >= 0 } && positions == positions.sorted(), "\(run.output)")
+    #expect(lines.contains("state: lint -> cancelled"), "\(run.output)")
+    #expect(!lines.contains { $0.hasPrefix("lint: ") }, "\(run.output)")
+    #expect(stateLines.count == 7 && Set(stateLines).count == 7, "\(run.output)")
+    #expect(lines.last == order.last, "\(run.output)")
+  }
+}
+
+/// Runs the example executable `name` (built next to the test bundle) with
+/// its output in a temporary file; kills it after a minute.
+private func runExample(_ name: String) async throws -> (status: Int32, output: String) {
+  var directory = CommandLine.arguments.first ?? ""
+  var executable: String?
+  while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
+    directory = String(directory[..<slash])
+    if access("\(directory)/\(name)", X_OK) == 0 {
+      executable = "\(directory)/\(name)"
+      break
+    }
+  }
+  let path = try #require(executable, "\(name) not found next to the test bundle; run `swift build` first")
+  var template = Array("/tmp/gcd-workitem-example-XXXXXX".utf8CString)
+  let outputFD = mkstemp(&template)
+  try #require(outputFD >= 0)
+  let outputPath = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  defer {
+    close(outputFD)
+    unlink(outputPath)
+  }
+  var actions = posix_spawn_file_actions_t()
+  posix_spawn_file_actions_init(&actions)
+  defer { posix_spawn_file_actions_destroy(&actions) }
+  posix_spawn_file_actions_adddup2(&actions, outputFD, STDOUT_FILENO)
+  posix_spawn_file_actions_adddup2(&actions, outputFD, STDERR_FILENO)
+  let argv = [strdup(path), nil]
+  defer { argv.forEach { free($0) } }
+  var pid: pid_t = 0
+  let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
+  try #require(spawned == 0, "posix_spawn(\(path)): errno \(spawned)")
+  let deadline = ContinuousClock.now + .seconds(60)
+  var rawStatus: Int32 = 0
+  while waitpid(pid, &rawStatus, WNOHANG) != pid {
+    if ContinuousClock.now >= deadline {
+      kill(pid, SIGKILL)
+      _ = waitpid(pid, &rawStatus, 0)
+      break
+    }
+    try await Task.sleep(for: .milliseconds(10))
+  }
+  let signal = rawStatus & 0x7f
+  let status = signal == 0 ? (rawStatus >> 8) & 0xff : -signal
+  var bytes: [UInt8] = []
+  var chunk = [UInt8](repeating: 0, count: 4096)
+  lseek(outputFD, 0, SEEK_SET)
+  while case let count = read(outputFD, &chunk, chunk.count), count > 0 { bytes += chunk[..<count] }
+  return (status, String(decoding: bytes, as: UTF8.self))
 }
