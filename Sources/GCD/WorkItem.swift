@@ -114,6 +114,15 @@ public final class WorkItem: Sendable {
   ///
   /// The corresponding C function is `dispatch_block_create_with_qos_class`.
   public init(flags: Flags = [], qos: Queue.QoS = .unspecified, _ body: @escaping @Sendable () -> Void) {
+    if !flags.isEmpty || qos != .unspecified {
+      WorkItem.validate(flags: flags, qos: qos)
+    }
+    self.flags = flags
+    self.qos = qos
+    self.machine = Mutex(WorkItemMachine(body: body))
+  }
+
+  private static func validate(flags: Flags, qos: Queue.QoS) {
     if !flags.isSubset(of: Flags.all) {
       fatalError("GCD: WorkItem(flags: \(flags)): libdispatch knows no such block flag")
     }
@@ -122,9 +131,6 @@ public final class WorkItem: Sendable {
         "GCD: WorkItem(qos: class 0x\(String(qos.rawClass, radix: 16)), relative \(qos.relativePriority)):"
           + " not a QoS class libdispatch knows, or a relative priority outside -15...0")
     }
-    self.flags = flags
-    self.qos = qos
-    self.machine = Mutex(WorkItemMachine(body: body))
   }
 
   private static let knownClasses: [UInt32] = [
@@ -159,7 +165,9 @@ public final class WorkItem: Sendable {
   /// cancelled, inside a frame for `queue` (none for `perform()`).
   func run(queue: OpaquePointer?, flags frameFlags: UInt) {
     guard let (body, observers) = machine.withLock({ $0.begin() }) else { return }
-    for observer in observers { observer(.running) }
+    if let observers {
+      for observer in observers { observer(.running) }
+    }
     if let queue {
       withFrame(queue: queue, flags: frameFlags) { body() }
     } else {
@@ -265,7 +273,7 @@ public final class WorkItem: Sendable {
           "GCD: WorkItem.start(after:) would make a cycle: \(ObjectIdentifier(self)) waits for itself through "
             + "\(path.map { "\(ObjectIdentifier($0))" }.joined(separator: " -> "))")
       }
-      machine.withLock { $0.dependencies.append(contentsOf: dependencies.map { WeakWorkItem(item: $0) }) }
+      machine.withLock { $0.addDependencies(dependencies) }
     }
     let gate = DependencyGate(item: self, queue: queue, count: dependencies.count + 1)
     for dependency in dependencies {
@@ -286,7 +294,7 @@ public final class WorkItem: Sendable {
     while let (item, path) = stack.popLast() {
       if item === target { return path }
       guard seen.insert(ObjectIdentifier(item)).inserted else { continue }
-      let next = item.machine.withLock { $0.isComplete ? [] : $0.dependencies.compactMap(\.item) }
+      let next = item.machine.withLock { $0.pendingDependencies }
       stack.append(contentsOf: next.map { ($0, path + [$0]) })
     }
     return nil
@@ -416,9 +424,7 @@ public final class WorkItem: Sendable {
   ///
   /// - Parameter handler: Called with each new state; keep it short.
   public func onStateChange(_ handler: @escaping @Sendable (State) -> Void) {
-    machine.withLock {
-      if !$0.isComplete { $0.observers.append(handler) }
-    }
+    machine.withLock { $0.addObserver(handler) }
   }
 
   /// The item's state now, then each state it enters, ending after
@@ -434,7 +440,7 @@ public final class WorkItem: Sendable {
       // stream is new, nobody awaits it, so this only buffers.
       continuation.yield($0.phase)
       if $0.isComplete { return true }
-      $0.observers.append { state in
+      $0.addObserver { state in
         continuation.yield(state)
         if state.isComplete { continuation.finish() }
       }

@@ -7,8 +7,9 @@
 
 import Synchronization
 
-/// The machine itself.
-struct WorkItemMachine {
+/// The machine itself. Not copyable: it lives in the item's mutex, and is
+/// never copied in or out (a copy costs the hot path).
+struct WorkItemMachine: ~Copyable {
   var phase: WorkItem.State = .pending
   /// `cancel()` was called (in any phase): what `isCancelled` reports.
   var cancelRequested = false
@@ -18,17 +19,26 @@ struct WorkItemMachine {
   /// Made on the first `notify` or `wait` of an item that has not
   /// completed, and entered once; left once, when the item completes.
   var group: OpaquePointer?
-  /// `onStateChange` handlers: called with `.running` and with the final state.
-  var observers: [@Sendable (WorkItem.State) -> Void] = []
-  /// One-shot calls on completion (the gates of dependent items).
-  var completions: [@Sendable (WorkItem.State) -> Void] = []
-  /// Tasks suspended in `finished`, by id.
-  var waiters: [Int: CheckedContinuation<WorkItem.State, any Error>] = [:]
-  var nextWaiter = 0
-  /// The items this one was started after (for the cycle check of
-  /// `start(on:after:)`), weakly: a dependency dropped while pending counts
-  /// as cancelled and lets this item go.
-  var dependencies: [WeakWorkItem] = []
+  /// Everything that listens to the item, made on first use: an item that
+  /// is only submitted (the common case) carries none of it.
+  var listeners: Listeners?
+
+  /// Who listens to an item: a class, so that an item with none carries
+  /// one nil pointer and hands it on by moving it. Touched only under the
+  /// item's lock, or by the thread that took it out at completion.
+  final class Listeners {
+    /// `onStateChange` handlers: called with `.running` and with the final state.
+    var observers: [@Sendable (WorkItem.State) -> Void] = []
+    /// One-shot calls on completion (the gates of dependent items).
+    var completions: [@Sendable (WorkItem.State) -> Void] = []
+    /// Tasks suspended in `finished`, by id.
+    var waiters: [(id: Int, continuation: CheckedContinuation<WorkItem.State, any Error>)] = []
+    var nextWaiter = 0
+    /// The items this one was started after (for the cycle check of
+    /// `start(on:after:)`), weakly: a dependency dropped while pending
+    /// counts as cancelled and lets this item go.
+    var dependencies: [WeakWorkItem] = []
+  }
 
   init(body: @escaping @Sendable () -> Void) {
     self.body = body
@@ -36,12 +46,18 @@ struct WorkItemMachine {
 
   var isComplete: Bool { phase == .finished || phase == .cancelled }
 
+  /// The listeners, made now if there were none.
+  private mutating func withListeners<R>(_ body: (Listeners) -> R) -> R {
+    if let listeners { return body(listeners) }
+    let created = Listeners()
+    listeners = created
+    return body(created)
+  }
+
   /// What the thread that completed the item does once the lock is released.
   struct Completion {
     let state: WorkItem.State
-    let observers: [@Sendable (WorkItem.State) -> Void]
-    let completions: [@Sendable (WorkItem.State) -> Void]
-    let waiters: [Int: CheckedContinuation<WorkItem.State, any Error>]
+    let listeners: Listeners?
     let group: OpaquePointer?
     /// The closure of a cancelled item, released only here, outside the lock.
     let body: (@Sendable () -> Void)?
@@ -51,9 +67,11 @@ struct WorkItemMachine {
     /// completion sees the final state. The body goes with the value,
     /// after this returns.
     func perform() {
-      for observer in observers { observer(state) }
-      for completion in completions { completion(state) }
-      for waiter in waiters.values { waiter.resume(returning: state) }
+      if let listeners {
+        for observer in listeners.observers { observer(state) }
+        for completion in listeners.completions { completion(state) }
+        for waiter in listeners.waiters { waiter.continuation.resume(returning: state) }
+      }
       if let group { Libdispatch.group_leave(group) }
     }
   }
@@ -61,24 +79,18 @@ struct WorkItemMachine {
   /// Moves to `state`, handing out everything that waits for the end.
   private mutating func complete(_ state: WorkItem.State, body: (@Sendable () -> Void)?) -> Completion {
     phase = state
-    defer {
-      observers = []
-      completions = []
-      waiters = [:]
-      dependencies = []
-    }
-    return Completion(
-      state: state, observers: observers, completions: completions, waiters: waiters, group: group, body: body)
+    return Completion(state: state, listeners: listeners.take(), group: group, body: body)
   }
 
   // MARK: Events
 
   /// An execution starts: the body if this is the first one of an item not
-  /// cancelled (the phase becomes `.running`), nil otherwise.
-  mutating func begin() -> (body: @Sendable () -> Void, observers: [@Sendable (WorkItem.State) -> Void])? {
+  /// cancelled (the phase becomes `.running`), nil otherwise; and the
+  /// observers to tell.
+  mutating func begin() -> (body: @Sendable () -> Void, observers: [@Sendable (WorkItem.State) -> Void]?)? {
     guard phase == .pending, let body = body.take() else { return nil }
     phase = .running
-    return (body, observers)
+    return (body, listeners?.observers)
   }
 
   /// The execution `begin` allowed has returned.
@@ -86,8 +98,8 @@ struct WorkItemMachine {
     complete(.finished, body: nil)
   }
 
-  /// `cancel()`, or the last reference dropped (`dropped`): a pending item
-  /// completes as `.cancelled` at once; a running one only records it.
+  /// `cancel()`, or the last reference dropped: a pending item completes
+  /// as `.cancelled` at once; a running one only records it.
   mutating func cancel() -> Completion? {
     cancelRequested = true
     guard phase == .pending else { return nil }
@@ -114,13 +126,31 @@ struct WorkItemMachine {
   /// complete already (the caller calls it at once with `phase`).
   mutating func addCompletion(_ completion: @escaping @Sendable (WorkItem.State) -> Void) -> Bool {
     if isComplete { return false }
-    completions.append(completion)
+    withListeners { $0.completions.append(completion) }
     return true
   }
 
+  /// An `onStateChange` handler (none once the item is complete).
+  mutating func addObserver(_ observer: @escaping @Sendable (WorkItem.State) -> Void) {
+    if isComplete { return }
+    withListeners { $0.observers.append(observer) }
+  }
+
+  /// Links the item to the dependencies of a `start(on:after:)`.
+  mutating func addDependencies(_ dependencies: [WorkItem]) {
+    withListeners { $0.dependencies.append(contentsOf: dependencies.map { WeakWorkItem(item: $0) }) }
+  }
+
+  /// The dependencies that are still alive, for the cycle check (none once complete).
+  var pendingDependencies: [WorkItem] {
+    isComplete ? [] : listeners?.dependencies.compactMap(\.item) ?? []
+  }
+
   mutating func makeWaiterID() -> Int {
-    nextWaiter += 1
-    return nextWaiter
+    withListeners {
+      $0.nextWaiter += 1
+      return $0.nextWaiter
+    }
   }
 
   enum WaiterAction {
@@ -137,13 +167,14 @@ struct WorkItemMachine {
   ) -> WaiterAction {
     if isComplete { return .resume(phase) }
     if taskCancelled { return .cancelled }
-    waiters[id] = continuation
+    withListeners { $0.waiters.append((id, continuation)) }
     return .registered
   }
 
   /// The waiting task was cancelled: its continuation, if still waiting.
   mutating func removeWaiter(_ id: Int) -> CheckedContinuation<WorkItem.State, any Error>? {
-    waiters.removeValue(forKey: id)
+    guard let listeners, let index = listeners.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+    return listeners.waiters.remove(at: index).continuation
   }
 }
 
