@@ -18,7 +18,9 @@ func workItemBenchmarks(_ c: CLibrary?) -> [Benchmark] {
       name: "workitem_notify",
       title: "work item: create + async + notify on a serial queue + drain",
       count: 300_000,
-      runners: [.c: c.runner("workitem_notify"), .gcd: .run(gcdWorkItemNotify), .dispatch: .run(dispatchWorkItemNotify)]
+      runners: [
+        .c: c.runner("workitem_notify"), .gcd: .run(gcdWorkItemNotify), .dispatch: .run(dispatchWorkItemNotify),
+      ]
     ),
     Benchmark(
       name: "workitem_async",
