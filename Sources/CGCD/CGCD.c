@@ -75,15 +75,12 @@ __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_
 
 __attribute__((swiftcall)) void cgcd_async_and_wait(void *queue, uintptr_t flags, uintptr_t barrier,
                                                     cgcd_swift_closure_fn function, void *context) {
-  struct cgcd_sync_context sync = {
-      .frame = {.queue = queue, .flags = flags, .prev = cgcd_current_frame},
-      .function = function,
-      .context = context,
-  };
+  struct cgcd_call call = cgcd_call_make(queue, flags, context);
+  call.function.closure = function;
   if (barrier) {
-    cgcd_barrier_async_and_wait_f(queue, &sync, cgcd_sync_trampoline);
+    cgcd_barrier_async_and_wait_f(queue, &call, cgcd_sync_trampoline);
   } else {
-    cgcd_async_and_wait_f(queue, &sync, cgcd_sync_trampoline);
+    cgcd_async_and_wait_f(queue, &call, cgcd_sync_trampoline);
   }
 }
 
