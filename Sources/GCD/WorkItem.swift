@@ -337,12 +337,16 @@ public final class WorkItem: Sendable {
   ///   - queue: The queue to run `work` on.
   ///   - work: The completion block.
   ///
-  /// The corresponding C function is `dispatch_block_notify` (here a
-  /// group the item leaves when it completes, and `dispatch_group_notify_f`).
+  /// The corresponding C function is `dispatch_block_notify` (here the
+  /// first completion block is kept in the item and submitted with
+  /// `dispatch_async_f` when it completes; later ones wait on a group the
+  /// item leaves then, with `dispatch_group_notify_f`).
   public func notify(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
-    switch machine.withLock({ $0.groupToWaitOn() }) {
+    switch machine.withLock({ $0.addNotification(.init(queue: queue, work: work)) }) {
     case .complete:
       queue.async(work)
+    case .stored:
+      break
     case .wait(let group):
       Libdispatch.group_notify_f(group, queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags)) {
         Work.run($0)
