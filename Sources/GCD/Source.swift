@@ -200,7 +200,7 @@ public class Source: DispatchObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_registration_handler`.
   public final func setRegistrationHandler(_ handler: @escaping @Sendable () -> Void) {
-    Libdispatch.source_set_registration_handler(raw, handlers.block(handler))
+    handlers.setRegistration(handler: .closure(handler))
   }
 
   /// Sets a C function as the registration handler, called with `context`
@@ -210,12 +210,13 @@ public class Source: DispatchObject, @unchecked Sendable {
   ///   - context: The pointer passed to `function`; stored as the source's context.
   ///   - function: The C function to call once at registration.
   ///
-  /// The corresponding C function is `dispatch_source_set_registration_handler_f`.
+  /// The corresponding C function is `dispatch_source_set_registration_handler_f`
+  /// (here one registration block, shared with `events`, calls the function).
   public final func setRegistrationHandler(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
     Libdispatch.set_context(raw, context)
-    Libdispatch.source_set_registration_handler_f(raw, function)
+    handlers.setRegistration(handler: .function(function))
   }
 
   /// The handlers box, made on first use.

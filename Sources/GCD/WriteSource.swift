@@ -13,6 +13,10 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`.
 public final class WriteSource: Source, @unchecked Sendable {
+  /// The source's events as an `AsyncSequence` of buffer-space estimates; iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
   ///
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,

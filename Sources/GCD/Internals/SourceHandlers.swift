@@ -12,6 +12,14 @@ final class SourceHandlers: Sendable {
   let targetRaw: Atomic<UInt>
   let targetFlags: Atomic<UInt>
   let cancel: Mutex<(handler: Source.CancelHandler, installed: Bool)>
+  /// The user's registration handler, the package's own hook (an event
+  /// sequence waiting for registration), and whether the one registration
+  /// block that runs both is installed.
+  let registration = Mutex<(handler: Source.CancelHandler, hook: (@Sendable () -> Void)?, installed: Bool)>(
+    (handler: .none, hook: nil, installed: false))
+  /// Run at cancellation after the user's cancel handler: the event
+  /// sequence's end (set once, by `SourceEvents`).
+  let cancelHook = Mutex<(@Sendable () -> Void)?>(nil)
   /// Run once at cancellation, after the user's cancel handler.
   let ownedCleanup: (@Sendable () -> Void)?
 
@@ -58,8 +66,49 @@ final class SourceHandlers: Sendable {
       case .closure(let closure): closure()
       case .function(let function): function(Libdispatch.get_context(raw))
       }
+      cancelHook.withLock { hook in
+        defer { hook = nil }
+        return hook
+      }?()
       ownedCleanup?()
     }
     Libdispatch.source_set_cancel_handler(raw, block(run))
+  }
+
+  /// Sets the package's hook run after the user's cancel handler, and
+  /// installs the cancel block if it is not yet.
+  func setCancelHook(_ hook: @escaping @Sendable () -> Void) {
+    cancelHook.withLock { $0 = hook }
+    let install = cancel.withLock { cancel in
+      defer { cancel.installed = true }
+      return !cancel.installed
+    }
+    if install { installCancelBlock() }
+  }
+
+  /// Records the user's registration handler, or the package's hook, and
+  /// installs the one registration block on first use. Both run once, the
+  /// user's first.
+  func setRegistration(handler: Source.CancelHandler? = nil, hook: (@Sendable () -> Void)? = nil) {
+    let install = registration.withLock { registration in
+      if let handler { registration.handler = handler }
+      if let hook { registration.hook = hook }
+      defer { registration.installed = true }
+      return !registration.installed
+    }
+    if !install { return }
+    let run: @Sendable () -> Void = { [self] in
+      let (handler, hook) = registration.withLock { registration in
+        defer { (registration.handler, registration.hook) = (.none, nil) }
+        return (registration.handler, registration.hook)
+      }
+      switch handler {
+      case .none: break
+      case .closure(let closure): closure()
+      case .function(let function): function(Libdispatch.get_context(raw))
+      }
+      hook?()
+    }
+    Libdispatch.source_set_registration_handler(raw, block(run))
   }
 }
