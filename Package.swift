@@ -24,6 +24,12 @@ let examples: [String] = [
   "ExampleProgress",
   "ExampleMonitorParent",
   "ExampleMonitorRename",
+  // Swift concurrency (docs/concurrency.md)
+  "ExampleActorQueue",
+  "ExampleGracefulShutdown",
+  "ExampleFileWatcher",
+  "ExampleSupervisor",
+  "ExampleMainActorThread",
 ]
 
 let package = Package(
