@@ -282,6 +282,9 @@ extension Queue {
   /// would deadlock; this stops the process with a message naming the
   /// queue instead. See `isCurrent`.
   ///
+  /// `sync` blocks the calling thread for as long as the work waits and
+  /// runs; from async code, `await run { }` suspends the task instead.
+  ///
   /// The corresponding C function is `dispatch_sync` (this calls
   /// `dispatch_sync_f`, with no allocation).
   @inlinable

@@ -1,0 +1,327 @@
+import Dispatch
+import GCD
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// Swift concurrency (docs/concurrency.md): actors on a queue, `await
+// queue.run`, source events as an AsyncSequence. The GCD column is this
+// package; the Dispatch column is what a Linux user writes instead (named in
+// each title); C has no async form.
+
+
+func concurrencyBenchmarks(heapInUse: (@convention(c) () -> Int)?) -> [Benchmark] {
+  let noAsyncInC = Runner.unavailable("n/a (no async in C)")
+  return [
+    Benchmark(
+      name: "actor_same_queue",
+      title: "actor call from a task preferring the actor's SerialQueue (Dispatch column: a default actor)",
+      count: 200_000,
+      runners: [.c: noAsyncInC, .gcd: .run(gcdActorSameQueue), .dispatch: .run(defaultActorCall)]),
+    Benchmark(
+      name: "actor_hop",
+      title: "actor call that hops threads: SerialQueue actor vs a hand-written DispatchQueue executor",
+      count: 20_000,
+      runners: [.c: noAsyncInC, .gcd: .run(gcdActorHop), .dispatch: .run(dispatchExecutorActorHop)]),
+    Benchmark(
+      name: "actor_8_callers",
+      title: "8 concurrent callers of one actor (time per call): SerialQueue vs DispatchQueue executor",
+      count: 40_000,
+      runners: [.c: noAsyncInC, .gcd: .run(gcdActorEightCallers), .dispatch: .run(dispatchExecutorEightCallers)]),
+    Benchmark(
+      name: "await_run_serial",
+      title: "await q.run {} on a private serial queue vs withCheckedContinuation + DispatchQueue.async",
+      count: 20_000,
+      runners: [
+        .c: noAsyncInC, .gcd: .run { gcdAwaitRun(Queue(label: "bench.run"), $0) },
+        .dispatch: .run { continuationAsync(DispatchQueue(label: "bench.run"), $0) },
+      ]),
+    Benchmark(
+      name: "await_run_target",
+      title: "await q.run {} on a serial queue targeting a global queue vs the same with DispatchQueue",
+      count: 50_000,
+      runners: [
+        .c: noAsyncInC, .gcd: .run { gcdAwaitRun(Queue(label: "bench.run.t", target: .global()), $0) },
+        .dispatch: .run { continuationAsync(DispatchQueue(label: "bench.run.t", target: .global()), $0) },
+      ]),
+    Benchmark(
+      name: "await_run_global",
+      title: "await Queue.global().run {} vs withCheckedContinuation + DispatchQueue.global().async",
+      count: 50_000,
+      runners: [
+        .c: noAsyncInC, .gcd: .run { gcdAwaitRun(Queue.global(), $0) },
+        .dispatch: .run { continuationAsync(DispatchQueue.global(), $0) },
+      ]),
+    Benchmark(
+      name: "source_events",
+      title: "DATA_ADD merges into a slow consumer: source.events vs AsyncStream fed from a DispatchSource (ns/merge)",
+      count: 200_000,
+      shownExtras: [("peak_kib", "peak heap KiB", 1), ("elements", "elements", 1)],
+      runners: [
+        .c: noAsyncInC, .gcd: .run { gcdSourceEvents($0, heapInUse: heapInUse) },
+        .dispatch: .run { streamSourceEvents($0, heapInUse: heapInUse) },
+      ]),
+  ]
+}
+
+/// Runs `body` as a task and blocks the calling (main) thread until it ends.
+private func blockOn(_ body: @escaping @Sendable () async -> Void) {
+  let done = DispatchSemaphore(value: 0)
+  Task {
+    await body()
+    done.signal()
+  }
+  done.wait()
+}
+
+/// Times `body` (run as a task) over `count` operations.
+private func timed(_ count: Int, _ body: @escaping @Sendable () async -> Void) -> Sample {
+  let start = Mutex<Int64>(0)
+  let end = Mutex<Int64>(0)
+  blockOn {
+    start.withLock { $0 = monotonicNanos() }
+    await body()
+    end.withLock { $0 = monotonicNanos() }
+  }
+  return Sample(start: start.withLock { $0 }, end: end.withLock { $0 }, count: count)
+}
+
+// MARK: - Actors
+
+private actor QueueActor {
+  let queue: SerialQueue
+  var calls = 0
+  init(queue: SerialQueue) { self.queue = queue }
+  nonisolated var unownedExecutor: UnownedSerialExecutor { queue.asUnownedSerialExecutor() }
+  func call() { calls &+= 1 }
+}
+
+private actor DefaultActor {
+  var calls = 0
+  func call() { calls &+= 1 }
+}
+
+/// The usual Linux workaround: a serial executor that wraps each job in a
+/// closure submitted to a DispatchQueue (a block per job).
+private final class DispatchQueueExecutor: SerialExecutor {
+  let queue: DispatchQueue
+  init(label: String) { queue = DispatchQueue(label: label) }
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let job = UnownedJob(job)
+    queue.async { job.runSynchronously(on: self.asUnownedSerialExecutor()) }
+  }
+}
+
+private actor DispatchExecutorActor {
+  let executor: DispatchQueueExecutor
+  var calls = 0
+  init(executor: DispatchQueueExecutor) { self.executor = executor }
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  func call() { calls &+= 1 }
+}
+
+@inline(never)
+private func gcdActorSameQueue(_ count: Int) -> Sample {
+  let actor = QueueActor(queue: SerialQueue(label: "bench.actor.same"))
+  let sample = timed(count) {
+    await withTaskExecutorPreference(actor.queue) {
+      for _ in 0..<count { await actor.call() }
+    }
+  }
+  blockOn { check(await actor.calls == count, "actor_same_queue GCD calls") }
+  return sample
+}
+
+@inline(never)
+private func defaultActorCall(_ count: Int) -> Sample {
+  let actor = DefaultActor()
+  let sample = timed(count) {
+    for _ in 0..<count { await actor.call() }
+  }
+  blockOn { check(await actor.calls == count, "actor_same_queue default actor calls") }
+  return sample
+}
+
+@inline(never)
+private func gcdActorHop(_ count: Int) -> Sample {
+  let actor = QueueActor(queue: SerialQueue(label: "bench.actor.hop"))
+  let sample = timed(count) {
+    for _ in 0..<count { await actor.call() }
+  }
+  blockOn { check(await actor.calls == count, "actor_hop GCD calls") }
+  return sample
+}
+
+@inline(never)
+private func dispatchExecutorActorHop(_ count: Int) -> Sample {
+  let actor = DispatchExecutorActor(executor: DispatchQueueExecutor(label: "bench.actor.hop"))
+  let sample = timed(count) {
+    for _ in 0..<count { await actor.call() }
+  }
+  blockOn { check(await actor.calls == count, "actor_hop Dispatch calls") }
+  return sample
+}
+
+private func eightCallers(_ count: Int, _ call: @escaping @Sendable () async -> Void) async {
+  await withTaskGroup(of: Void.self) { group in
+    for _ in 0..<8 {
+      group.addTask {
+        for _ in 0..<count / 8 { await call() }
+      }
+    }
+  }
+}
+
+@inline(never)
+private func gcdActorEightCallers(_ count: Int) -> Sample {
+  let actor = QueueActor(queue: SerialQueue(label: "bench.actor.8"))
+  let sample = timed(count) { await eightCallers(count) { await actor.call() } }
+  blockOn { check(await actor.calls == count / 8 * 8, "actor_8_callers GCD calls") }
+  return sample
+}
+
+@inline(never)
+private func dispatchExecutorEightCallers(_ count: Int) -> Sample {
+  let actor = DispatchExecutorActor(executor: DispatchQueueExecutor(label: "bench.actor.8"))
+  let sample = timed(count) { await eightCallers(count) { await actor.call() } }
+  blockOn { check(await actor.calls == count / 8 * 8, "actor_8_callers Dispatch calls") }
+  return sample
+}
+
+// MARK: - await run
+
+@inline(never)
+private func gcdAwaitRun(_ queue: Queue, _ count: Int) -> Sample {
+  let counter = AtomicCounter()
+  let sample = timed(count) {
+    for _ in 0..<count { _ = await queue.run { counter.value.add(1, ordering: .relaxed) } }
+  }
+  check(counter.value.load(ordering: .relaxed) == count, "await_run GCD count")
+  return sample
+}
+
+@inline(never)
+private func continuationAsync(_ queue: DispatchQueue, _ count: Int) -> Sample {
+  let counter = AtomicCounter()
+  let sample = timed(count) {
+    for _ in 0..<count {
+      await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        queue.async {
+          counter.value.add(1, ordering: .relaxed)
+          continuation.resume()
+        }
+      }
+    }
+  }
+  check(counter.value.load(ordering: .relaxed) == count, "await_run Dispatch count")
+  return sample
+}
+
+// MARK: - Source events
+
+/// The slow consumer's work per element (about a microsecond).
+@inline(never)
+private func consumeSlowly(_ value: UInt) -> UInt {
+  var mixed = value
+  for round in 0..<300 { mixed = mixed &* 6_364_136_223_846_793_005 &+ UInt(round) }
+  return mixed
+}
+
+/// Runs the producer (count merges of 1, as fast as it can, on its own
+/// thread) against `consume`, which returns the number of elements once it
+/// has seen the whole sum; records the peak heap the consumer saw.
+private func eventsSample(
+  _ count: Int, heapInUse: (@convention(c) () -> Int)?, produce: @escaping @Sendable () -> Void,
+  consume: @escaping @Sendable (_ peak: @escaping @Sendable () -> Void) async -> Int
+) -> Sample {
+  let baseline = heapInUse?() ?? 0
+  let peak = Atomic<Int>(0)
+  let elements = Atomic<Int>(0)
+  let sample = timed(count) {
+    let producer = Task.detached { produce() }
+    let seen = await consume {
+      let now = (heapInUse?() ?? 0) - baseline
+      if now > peak.load(ordering: .relaxed) { peak.store(now, ordering: .relaxed) }
+    }
+    elements.store(seen, ordering: .relaxed)
+    await producer.value
+  }
+  var result = sample
+  result.extras = [
+    "peak_kib": Double(peak.load(ordering: .relaxed)) / 1024, "elements": Double(elements.load(ordering: .relaxed)),
+  ]
+  return result
+}
+
+@inline(never)
+private func gcdSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)?) -> Sample {
+  let source = DataAddSource(queue: Queue(label: "bench.events"))
+  let registered = DispatchSemaphore(value: 0)
+  source.setRegistrationHandler { registered.signal() }
+  return eventsSample(
+    count, heapInUse: heapInUse,
+    produce: {
+      registered.wait()
+      for _ in 0..<count { source.merge(1) }
+    },
+    consume: { peak in
+      var total: UInt = 0
+      var elements = 0
+      var sink: UInt = 0
+      do {
+        for try await value in source.events {
+          total += value
+          elements += 1
+          sink &+= consumeSlowly(value)
+          if elements % 64 == 0 { peak() }
+          if total == UInt(count) { break }
+        }
+      } catch {
+        check(false, "source.events threw \(error)")
+      }
+      check(total == UInt(count) && sink != 1, "source_events GCD sum")
+      peak()
+      return elements
+    })
+}
+
+@inline(never)
+private func streamSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)?) -> Sample {
+  let source = SendableDataAddSource(
+    source: DispatchSource.makeUserDataAddSource(queue: DispatchQueue(label: "bench.events")))
+  let (stream, continuation) = AsyncStream.makeStream(of: UInt.self)  // the default: an unbounded buffer
+  source.source.setEventHandler { continuation.yield(source.source.data) }
+  source.source.activate()
+  return eventsSample(
+    count, heapInUse: heapInUse,
+    produce: {
+      for _ in 0..<count { source.source.add(data: 1) }
+    },
+    consume: { peak in
+      var total: UInt = 0
+      var elements = 0
+      var sink: UInt = 0
+      for await value in stream {
+        total += value
+        elements += 1
+        sink &+= consumeSlowly(value)
+        if elements % 64 == 0 { peak() }
+        if total == UInt(count) { break }
+      }
+      check(total == UInt(count) && sink != 1, "source_events Dispatch sum")
+      peak()
+      source.source.cancel()
+      continuation.finish()
+      return elements
+    })
+}
+
+/// A Dispatch data source shared with the producer thread.
+private struct SendableDataAddSource: @unchecked Sendable {  // DispatchSource is thread-safe; the overlay does not say so
+  let source: any DispatchSourceUserDataAdd
+}
