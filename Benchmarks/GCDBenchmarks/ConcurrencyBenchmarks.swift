@@ -24,7 +24,7 @@ func concurrencyBenchmarks(heapInUse: (@convention(c) () -> Int)?) -> [Benchmark
       runners: [.c: noAsyncInC, .gcd: .run(gcdActorSameQueue), .dispatch: .run(defaultActorCall)]),
     Benchmark(
       name: "actor_hop",
-      title: "actor call that hops threads: SerialQueue actor vs a hand-written DispatchQueue executor",
+      title: "actor call from an actor on another executor (a hop there and back): SerialQueue vs DispatchQueue executors",
       count: 20_000,
       runners: [.c: noAsyncInC, .gcd: .run(gcdActorHop), .dispatch: .run(dispatchExecutorActorHop)]),
     Benchmark(
@@ -58,8 +58,9 @@ func concurrencyBenchmarks(heapInUse: (@convention(c) () -> Int)?) -> [Benchmark
       ]),
     Benchmark(
       name: "source_events",
-      title: "DATA_ADD merges into a slow consumer: source.events vs AsyncStream fed from a DispatchSource (ns/merge)",
-      count: 200_000,
+      title:
+        "DATA_ADD merges every 20 µs into a consumer taking 200 µs per element: source.events vs AsyncStream fed from a DispatchSource (ns/merge)",
+      count: 5_000, repeats: 3,
       shownExtras: [("peak_kib", "peak heap KiB", 1), ("elements", "elements", 1)],
       runners: [
         .c: noAsyncInC, .gcd: .run { gcdSourceEvents($0, heapInUse: heapInUse) },
@@ -97,7 +98,20 @@ private actor QueueActor {
   var calls = 0
   init(queue: SerialQueue) { self.queue = queue }
   nonisolated var unownedExecutor: UnownedSerialExecutor { queue.asUnownedSerialExecutor() }
+  func call() {
+    check(queue.isCurrent, "QueueActor ran off its queue")
+    calls &+= 1
+  }
+}
+
+/// QueueActor without the per-call check (the same-queue row compares it with a default actor, which has none).
+private actor PlainQueueActor {
+  let queue: SerialQueue
+  var calls = 0
+  init(queue: SerialQueue) { self.queue = queue }
+  nonisolated var unownedExecutor: UnownedSerialExecutor { queue.asUnownedSerialExecutor() }
   func call() { calls &+= 1 }
+  func ranOnQueue() -> Bool { queue.isCurrent }
 }
 
 private actor DefaultActor {
@@ -105,11 +119,17 @@ private actor DefaultActor {
   func call() { calls &+= 1 }
 }
 
+/// Marks each DispatchQueueExecutor's queue with its label, for the check in the actor.
+private let executorQueueKey = DispatchSpecificKey<String>()
+
 /// The usual Linux workaround: a serial executor that wraps each job in a
 /// closure submitted to a DispatchQueue (a block per job).
 private final class DispatchQueueExecutor: SerialExecutor {
   let queue: DispatchQueue
-  init(label: String) { queue = DispatchQueue(label: label) }
+  init(label: String) {
+    queue = DispatchQueue(label: label)
+    queue.setSpecific(key: executorQueueKey, value: label)
+  }
 
   func enqueue(_ job: consuming ExecutorJob) {
     let job = UnownedJob(job)
@@ -122,18 +142,25 @@ private actor DispatchExecutorActor {
   var calls = 0
   init(executor: DispatchQueueExecutor) { self.executor = executor }
   nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
-  func call() { calls &+= 1 }
+  func call() {
+    // (dispatchPrecondition is compiled out of release builds; the queue's specific value is not.)
+    check(DispatchQueue.getSpecific(key: executorQueueKey) == executor.queue.label, "DispatchExecutorActor ran off its queue")
+    calls &+= 1
+  }
 }
 
 @inline(never)
 private func gcdActorSameQueue(_ count: Int) -> Sample {
-  let actor = QueueActor(queue: SerialQueue(label: "bench.actor.same"))
+  let actor = PlainQueueActor(queue: SerialQueue(label: "bench.actor.same"))
   let sample = timed(count) {
     await withTaskExecutorPreference(actor.queue) {
       for _ in 0..<count { await actor.call() }
     }
   }
-  blockOn { check(await actor.calls == count, "actor_same_queue GCD calls") }
+  blockOn {
+    check(await actor.calls == count, "actor_same_queue GCD calls")
+    check(await actor.ranOnQueue(), "actor_same_queue GCD off its queue")
+  }
   return sample
 }
 
@@ -147,12 +174,29 @@ private func defaultActorCall(_ count: Int) -> Sample {
   return sample
 }
 
+/// An actor on a SerialQueue that calls `target` (on another queue) `count` times.
+private actor QueueCaller {
+  let queue = SerialQueue(label: "bench.actor.caller")
+  nonisolated var unownedExecutor: UnownedSerialExecutor { queue.asUnownedSerialExecutor() }
+  func call(_ target: QueueActor, _ count: Int) async {
+    for _ in 0..<count { await target.call() }
+  }
+}
+
+/// An actor on a DispatchQueue executor that calls `target` `count` times.
+private actor DispatchCaller {
+  let executor = DispatchQueueExecutor(label: "bench.actor.caller")
+  nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+  func call(_ target: DispatchExecutorActor, _ count: Int) async {
+    for _ in 0..<count { await target.call() }
+  }
+}
+
 @inline(never)
 private func gcdActorHop(_ count: Int) -> Sample {
   let actor = QueueActor(queue: SerialQueue(label: "bench.actor.hop"))
-  let sample = timed(count) {
-    for _ in 0..<count { await actor.call() }
-  }
+  let caller = QueueCaller()
+  let sample = timed(count) { await caller.call(actor, count) }
   blockOn { check(await actor.calls == count, "actor_hop GCD calls") }
   return sample
 }
@@ -160,9 +204,8 @@ private func gcdActorHop(_ count: Int) -> Sample {
 @inline(never)
 private func dispatchExecutorActorHop(_ count: Int) -> Sample {
   let actor = DispatchExecutorActor(executor: DispatchQueueExecutor(label: "bench.actor.hop"))
-  let sample = timed(count) {
-    for _ in 0..<count { await actor.call() }
-  }
+  let caller = DispatchCaller()
+  let sample = timed(count) { await caller.call(actor, count) }
   blockOn { check(await actor.calls == count, "actor_hop Dispatch calls") }
   return sample
 }
@@ -224,13 +267,18 @@ private func continuationAsync(_ queue: DispatchQueue, _ count: Int) -> Sample {
 
 // MARK: - Source events
 
-/// The slow consumer's work per element (about a microsecond).
+/// Busy-waits `nanoseconds` (a paced producer, a slow consumer).
 @inline(never)
-private func consumeSlowly(_ value: UInt) -> UInt {
-  var mixed = value
-  for round in 0..<300 { mixed = mixed &* 6_364_136_223_846_793_005 &+ UInt(round) }
-  return mixed
+private func spin(_ nanoseconds: Int64) {
+  let end = monotonicNanos() + nanoseconds
+  while monotonicNanos() < end {}
 }
+
+/// The producer merges one unit every 20 µs: slower than a source's handler
+/// (so a DispatchSource hands each merge to its handler), faster than the
+/// consumer, which works 200 µs per element.
+private let producerPace: Int64 = 20_000
+private let consumerWork: Int64 = 200_000
 
 /// Runs the producer (count merges of 1, as fast as it can, on its own
 /// thread) against `consume`, which returns the number of elements once it
@@ -267,24 +315,26 @@ private func gcdSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)
     count, heapInUse: heapInUse,
     produce: {
       registered.wait()
-      for _ in 0..<count { source.merge(1) }
+      for _ in 0..<count {
+        source.merge(1)
+        spin(producerPace)
+      }
     },
     consume: { peak in
       var total: UInt = 0
       var elements = 0
-      var sink: UInt = 0
       do {
         for try await value in source.events {
           total += value
           elements += 1
-          sink &+= consumeSlowly(value)
+          spin(consumerWork)
           if elements % 64 == 0 { peak() }
           if total == UInt(count) { break }
         }
       } catch {
         check(false, "source.events threw \(error)")
       }
-      check(total == UInt(count) && sink != 1, "source_events GCD sum")
+      check(total == UInt(count), "source_events GCD sum")
       peak()
       return elements
     })
@@ -300,20 +350,22 @@ private func streamSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> I
   return eventsSample(
     count, heapInUse: heapInUse,
     produce: {
-      for _ in 0..<count { source.source.add(data: 1) }
+      for _ in 0..<count {
+        source.source.add(data: 1)
+        spin(producerPace)
+      }
     },
     consume: { peak in
       var total: UInt = 0
       var elements = 0
-      var sink: UInt = 0
       for await value in stream {
         total += value
         elements += 1
-        sink &+= consumeSlowly(value)
+        spin(consumerWork)
         if elements % 64 == 0 { peak() }
         if total == UInt(count) { break }
       }
-      check(total == UInt(count) && sink != 1, "source_events Dispatch sum")
+      check(total == UInt(count), "source_events Dispatch sum")
       peak()
       source.source.cancel()
       continuation.finish()
