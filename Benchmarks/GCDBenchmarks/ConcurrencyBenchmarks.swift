@@ -13,7 +13,6 @@ import Synchronization
 // package; the Dispatch column is what a Linux user writes instead (named in
 // each title); C has no async form.
 
-
 func concurrencyBenchmarks(heapInUse: (@convention(c) () -> Int)?) -> [Benchmark] {
   let noAsyncInC = Runner.unavailable("n/a (no async in C)")
   return [
@@ -24,7 +23,8 @@ func concurrencyBenchmarks(heapInUse: (@convention(c) () -> Int)?) -> [Benchmark
       runners: [.c: noAsyncInC, .gcd: .run(gcdActorSameQueue), .dispatch: .run(defaultActorCall)]),
     Benchmark(
       name: "actor_hop",
-      title: "actor call from an actor on another executor (a hop there and back): SerialQueue vs DispatchQueue executors",
+      title:
+        "actor call from an actor on another executor (a hop there and back): SerialQueue vs DispatchQueue executors",
       count: 20_000,
       runners: [.c: noAsyncInC, .gcd: .run(gcdActorHop), .dispatch: .run(dispatchExecutorActorHop)]),
     Benchmark(
@@ -144,7 +144,9 @@ private actor DispatchExecutorActor {
   nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
   func call() {
     // (dispatchPrecondition is compiled out of release builds; the queue's specific value is not.)
-    check(DispatchQueue.getSpecific(key: executorQueueKey) == executor.queue.label, "DispatchExecutorActor ran off its queue")
+    check(
+      DispatchQueue.getSpecific(key: executorQueueKey) == executor.queue.label,
+      "DispatchExecutorActor ran off its queue")
     calls &+= 1
   }
 }
@@ -374,6 +376,7 @@ private func streamSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> I
 }
 
 /// A Dispatch data source shared with the producer thread.
-private struct SendableDataAddSource: @unchecked Sendable {  // DispatchSource is thread-safe; the overlay does not say so
+// @unchecked: DispatchSource is thread-safe; the overlay does not say so.
+private struct SendableDataAddSource: @unchecked Sendable {
   let source: any DispatchSourceUserDataAdd
 }

@@ -34,28 +34,33 @@ extension Queue {
     switch predicate {
     case .onQueue(let queue):
       if !queue.isRunningOnCurrentThread {
-        fatalError("GCD: Queue.precondition(.onQueue) failed: the current thread is not running work of queue '\(queue.label)'")
+        fatalError(
+          "GCD: Queue.precondition(.onQueue) failed: the current thread is not running work of queue '\(queue.label)'")
       }
     case .notOnQueue(let queue):
       if queue.isRunningOnCurrentThread {
-        fatalError("GCD: Queue.precondition(.notOnQueue) failed: the current thread is running work of queue '\(queue.label)'")
+        fatalError(
+          "GCD: Queue.precondition(.notOnQueue) failed: the current thread is running work of queue '\(queue.label)'")
       }
     case .onQueueAsBarrier(let queue):
       if queue.kind == .serial {
         if !queue.isRunningOnCurrentThread {
           fatalError(
-            "GCD: Queue.precondition(.onQueueAsBarrier) failed: the current thread is not running work of queue '\(queue.label)'")
+            "GCD: Queue.precondition(.onQueueAsBarrier) failed: the current thread is not running work of queue '\(queue.label)'"
+          )
         }
       } else if !queue.isHeldExclusively {
         if queue.isCurrent {
           fatalError(
-            "GCD: Queue.precondition(.onQueueAsBarrier) failed: the current thread runs work of queue '\(queue.label)', but not as a barrier")
+            "GCD: Queue.precondition(.onQueueAsBarrier) failed: the current thread runs work of queue '\(queue.label)', but not as a barrier"
+          )
         } else if queue.isCurrentWorkItemQueue {
           // `_f` work, which has no frame: only libdispatch knows whether it is a barrier (it traps if not).
           Libdispatch.assert_queue_barrier(queue.raw)
         } else {
           fatalError(
-            "GCD: Queue.precondition(.onQueueAsBarrier) failed: the current thread is not running work of queue '\(queue.label)'")
+            "GCD: Queue.precondition(.onQueueAsBarrier) failed: the current thread is not running work of queue '\(queue.label)'"
+          )
         }
       }
     }

@@ -60,7 +60,8 @@ public final class SerialQueue: Queue, SerialExecutor, @unchecked Sendable {
   public func checkIsolated() {
     if !isCurrent {
       fatalError(
-        "GCD: SerialQueue '\(label)': expected to be isolated to this queue, but the current thread is not running its work")
+        "GCD: SerialQueue '\(label)': expected to be isolated to this queue, but the current thread is not running its work"
+      )
     }
   }
 

@@ -101,7 +101,8 @@ struct AsyncWaitTests {
     #expect(!takeUnit(semaphore))
   }
 
-  @Test("a cancelled semaphore waiter returns promptly with CancellationError and takes no unit", .timeLimit(.minutes(1)))
+  @Test(
+    "a cancelled semaphore waiter returns promptly with CancellationError and takes no unit", .timeLimit(.minutes(1)))
   func semaphoreWaitCancelled() async throws {
     let semaphore = try GCD.Semaphore(value: 0)
     let waiter = Task { try await semaphore.wait() }

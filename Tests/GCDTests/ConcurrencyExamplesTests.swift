@@ -56,7 +56,8 @@ private struct ConcurrencyExampleRun {
 
   init(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
     self.name = name
-    let path = try #require(executablePath("Example\(name)"), "Example\(name) is not built", sourceLocation: sourceLocation)
+    let path = try #require(
+      executablePath("Example\(name)"), "Example\(name) is not built", sourceLocation: sourceLocation)
     var template = Array("/tmp/gcd-concurrency-example-XXXXXX".utf8CString)
     let outputFD = mkstemp(&template)
     try #require(outputFD >= 0)
@@ -110,7 +111,8 @@ private struct ConcurrencyExampleRun {
   }
 
   func expect(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) {
-    #expect(output.contains(text), "Example\(name) did not print \"\(text)\":\n\(output)", sourceLocation: sourceLocation)
+    #expect(
+      output.contains(text), "Example\(name) did not print \"\(text)\":\n\(output)", sourceLocation: sourceLocation)
   }
 }
 

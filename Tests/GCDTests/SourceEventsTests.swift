@@ -96,7 +96,9 @@ struct SourceEventsTests {
     #expect(values == [3])
   }
 
-  @Test("a source started before iteration, or iterated while another iteration runs, throws EBUSY; a cancelled one finishes")
+  @Test(
+    "a source started before iteration, or iterated while another iteration runs, throws EBUSY; a cancelled one finishes"
+  )
   func startedSourceThrows() async throws {
     let started = DataAddSource(queue: .global())
     started.resume()
