@@ -64,7 +64,7 @@ struct AsyncWaitTests {
       try await group.wait()
       returned.signal()
     }
-    #expect(await offPool { !returned.wait(timeout: briefTimeout) })
+    #expect(await !eventually(timeout: briefTimeout) { returned.isSignaled })
     group.async(on: .global()) { released.signal() }
     group.leave()
     try await waiter.value
@@ -94,7 +94,7 @@ struct AsyncWaitTests {
       try await semaphore.wait()
       acquired.signal()
     }
-    #expect(await offPool { !acquired.wait(timeout: briefTimeout) })
+    #expect(await !eventually(timeout: briefTimeout) { acquired.isSignaled })
     #expect(semaphore.signal())  // wakes the task
     try await waiter.value
     #expect(acquired.isSignaled)

@@ -1,3 +1,4 @@
+import GCD
 import Testing
 
 #if canImport(Glibc)
@@ -48,8 +49,8 @@ struct ConcurrencyExamplesTests {
   }
 }
 
-/// Runs `Example<name>` (built next to the test bundle) with its output in
-/// a temporary file; records an issue unless it exits 0 within a minute.
+/// Runs `Example<name>` (built next to the test bundle) with its standard
+/// output in a temporary file; records an issue unless it exits 0 within a minute.
 private struct ConcurrencyExampleRun {
   let name: String
   let output: String
@@ -66,28 +67,9 @@ private struct ConcurrencyExampleRun {
       close(outputFD)
       unlink(outputPath)
     }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_adddup2(&actions, outputFD, STDOUT_FILENO)
-    posix_spawn_file_actions_adddup2(&actions, outputFD, STDERR_FILENO)
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
-    // Default dispositions and no blocked signals, whatever the test runner's threads have.
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var signals = sigset_t()
-    sigemptyset(&signals)
-    posix_spawnattr_setsigmask(&attributes, &signals)
-    sigaddset(&signals, SIGTERM)
-    sigaddset(&signals, SIGINT)
-    posix_spawnattr_setsigdefault(&attributes, &signals)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    let argv = [strdup(path), nil]
-    defer { argv.forEach { free($0) } }
-    var pid: pid_t = 0
-    let spawned = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
-    try #require(spawned == 0, "posix_spawn(\(path)) failed: errno \(spawned)")
+    // Standard output to the file (the examples print there, "FAILED" included); default
+    // dispositions and no blocked signals, whatever the test runner's threads have.
+    let pid = try spawnProcess(path, stdout: outputFD)
 
     let deadline = ContinuousClock.now + .seconds(60)
     var status: Int32 = 0

@@ -22,39 +22,41 @@ private final class PreconditionBox: Sendable {
 
 @Suite("Queue.precondition")
 struct QueuePreconditionTests {
-  @Test("holds in closures, sync, targeting queues, _f work, barriers and executor jobs")
-  func holds() async {
+  @Test("holds in closures, sync, targeting queues, _f work and barriers")
+  func holds() {
     let queue = Queue(label: "pre.serial")
     let other = Queue(label: "pre.other")
     let concurrent = Queue(label: "pre.concurrent", kind: .concurrent)
     let child = Queue(label: "pre.child", target: queue)
-    await offPool {
-      Queue.precondition(.notOnQueue(queue))
-      queue.sync {
-        Queue.precondition(.onQueue(queue))
-        Queue.precondition(.onQueueAsBarrier(queue))
-        Queue.precondition(.notOnQueue(other))
-      }
-      child.sync { Queue.precondition(.onQueue(queue)) }
-      concurrent.syncBarrier { Queue.precondition(.onQueueAsBarrier(concurrent)) }
-      concurrent.sync { Queue.precondition(.onQueue(concurrent)) }
-      let done = Event()
-      queue.async {
-        Queue.precondition(.onQueue(queue))
-        done.signal()
-      }
-      #expect(done.wait())
-      for (target, predicate) in [
-        (queue, Queue.Predicate.onQueue(queue)), (child, .onQueue(queue)), (other, .notOnQueue(queue)),
-      ] {
-        let box = PreconditionBox(predicate)
-        target.async(context: Unmanaged.passRetained(box).toOpaque(), function: checkOnQueue)
-        #expect(box.done.wait())
-      }
-      let barrier = PreconditionBox(.onQueueAsBarrier(concurrent))
-      concurrent.asyncBarrier(context: Unmanaged.passRetained(barrier).toOpaque(), function: checkOnQueue)
-      #expect(barrier.done.wait())
+    Queue.precondition(.notOnQueue(queue))
+    queue.sync {
+      Queue.precondition(.onQueue(queue))
+      Queue.precondition(.onQueueAsBarrier(queue))
+      Queue.precondition(.notOnQueue(other))
     }
+    child.sync { Queue.precondition(.onQueue(queue)) }
+    concurrent.syncBarrier { Queue.precondition(.onQueueAsBarrier(concurrent)) }
+    concurrent.sync { Queue.precondition(.onQueue(concurrent)) }
+    let done = Event()
+    queue.async {
+      Queue.precondition(.onQueue(queue))
+      done.signal()
+    }
+    #expect(done.wait())
+    for (target, predicate) in [
+      (queue, Queue.Predicate.onQueue(queue)), (child, .onQueue(queue)), (other, .notOnQueue(queue)),
+    ] {
+      let box = PreconditionBox(predicate)
+      target.async(context: Unmanaged.passRetained(box).toOpaque(), function: checkOnQueue)
+      #expect(box.done.wait())
+    }
+    let barrier = PreconditionBox(.onQueueAsBarrier(concurrent))
+    concurrent.asyncBarrier(context: Unmanaged.passRetained(barrier).toOpaque(), function: checkOnQueue)
+    #expect(barrier.done.wait())
+  }
+
+  @Test("holds in executor jobs")
+  func holdsInExecutorJobs() async {
     let serial = SerialQueue(label: "pre.executor")
     await withTaskExecutorPreference(serial) { Queue.precondition(.onQueue(serial)) }
   }

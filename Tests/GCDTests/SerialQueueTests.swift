@@ -35,10 +35,16 @@ private func assumeIsolatedFromHere(_ actor: QueueActor) {
   _ = actor.assumeIsolated { $0.count }
 }
 
-/// Runs blocking test code (waiting on an `Event`) on a global queue, off
-/// the cooperative pool, and returns its result.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-  await Queue.global().run(body)
+/// Waits, without blocking a thread, until `condition` holds or `timeout`
+/// passes (checking every millisecond); true if it held. Async tests use it
+/// instead of `Event.wait`, which would block a cooperative thread.
+func eventually(timeout: Duration = generousTimeout, _ condition: () -> Bool) async -> Bool {
+  let deadline = ContinuousClock.now + timeout
+  while !condition() {
+    if ContinuousClock.now >= deadline { return false }
+    try? await Task.sleep(for: .milliseconds(1))
+  }
+  return true
 }
 
 @Suite("SerialQueue")
@@ -71,10 +77,10 @@ struct SerialQueueTests {
       seen.withLock { $0 = count }
       done.signal()
     }
-    #expect(await offPool { done.wait() })
+    #expect(await eventually { done.isSignaled })
     #expect(seen.withLock { $0 } == 1)
     #expect(queue.isIsolatingCurrentContext() == false)
-    let inside = await offPool { queue.sync { queue.isIsolatingCurrentContext() } }
+    let inside = queue.sync { queue.isIsolatingCurrentContext() }
     #expect(inside == true)
   }
 
@@ -160,7 +166,7 @@ struct SerialQueueTests {
     source.merge(1)
     try await group.wait()
     #expect(onTarget.current == 2)
-    #expect(await offPool { fired.wait() })
+    #expect(await eventually { fired.isSignaled })
     source.cancel()
   }
 
