@@ -90,8 +90,11 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   public func signal() -> Bool {
     let woke = Libdispatch.semaphore_signal(raw) != 0
     // Pairs with the fence in `wait()`: either this sees the waiter, or the
-    // waiter's try sees this unit.
-    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    // waiter's try sees this unit. On x86-64 the signal's `lock xadd` is
+    // already a full barrier (and the C call one for the compiler).
+    #if !arch(x86_64)
+      atomicMemoryFence(ordering: .sequentiallyConsistent)
+    #endif
     if asyncWaiterCount.load(ordering: .relaxed) == 0 { return woke }
     return handOverUnits() || woke
   }
