@@ -61,7 +61,9 @@ func concurrencyBenchmarks(heapInUse: (@convention(c) () -> Int)?) -> [Benchmark
       title:
         "DATA_ADD merges every 20 µs into a consumer taking 200 µs per element: source.events vs AsyncStream fed from a DispatchSource (ns/merge)",
       count: 5_000, repeats: 3,
-      shownExtras: [("peak_kib", "peak heap KiB", 1), ("elements", "elements", 1)],
+      shownExtras: [
+        ("peak_kib", "peak heap KiB", 1), ("backlog", "most elements held", 1), ("elements", "elements", 1),
+      ],
       runners: [
         .c: noAsyncInC, .gcd: .run { gcdSourceEvents($0, heapInUse: heapInUse) },
         .dispatch: .run { streamSourceEvents($0, heapInUse: heapInUse) },
@@ -313,7 +315,9 @@ private func gcdSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)
   let source = DataAddSource(queue: Queue(label: "bench.events"))
   let registered = DispatchSemaphore(value: 0)
   source.setRegistrationHandler { registered.signal() }
-  return eventsSample(
+  // The sequence holds an element only while it keeps the source suspended.
+  let backlog = Atomic<Int>(0)
+  var result = eventsSample(
     count, heapInUse: heapInUse,
     produce: {
       registered.wait()
@@ -330,6 +334,7 @@ private func gcdSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)
           total += value
           elements += 1
           spin(consumerWork)
+          if source.isSuspended { backlog.store(1, ordering: .relaxed) }
           if elements % 64 == 0 { peak() }
           if total == UInt(count) { break }
         }
@@ -340,6 +345,8 @@ private func gcdSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)
       peak()
       return elements
     })
+  result.extras["backlog"] = Double(backlog.load(ordering: .relaxed))
+  return result
 }
 
 @inline(never)
@@ -347,9 +354,14 @@ private func streamSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> I
   let source = SendableDataAddSource(
     source: DispatchSource.makeUserDataAddSource(queue: DispatchQueue(label: "bench.events")))
   let (stream, continuation) = AsyncStream.makeStream(of: UInt.self)  // the default: an unbounded buffer
-  source.source.setEventHandler { continuation.yield(source.source.data) }
+  let yielded = Atomic<Int>(0)
+  let backlog = Atomic<Int>(0)
+  source.source.setEventHandler {
+    yielded.add(1, ordering: .relaxed)
+    continuation.yield(source.source.data)
+  }
   source.source.activate()
-  return eventsSample(
+  var result = eventsSample(
     count, heapInUse: heapInUse,
     produce: {
       for _ in 0..<count {
@@ -364,6 +376,8 @@ private func streamSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> I
         total += value
         elements += 1
         spin(consumerWork)
+        let waiting = yielded.load(ordering: .relaxed) - elements
+        if waiting > backlog.load(ordering: .relaxed) { backlog.store(waiting, ordering: .relaxed) }
         if elements % 64 == 0 { peak() }
         if total == UInt(count) { break }
       }
@@ -373,6 +387,8 @@ private func streamSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> I
       continuation.finish()
       return elements
     })
+  result.extras["backlog"] = Double(backlog.load(ordering: .relaxed))
+  return result
 }
 
 /// A Dispatch data source shared with the producer thread.
