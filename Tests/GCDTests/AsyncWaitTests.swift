@@ -30,7 +30,7 @@ struct AsyncWaitTests {
     }
   }
 
-  @Test("10,000 await run calls complete without a blocked thread", .timeLimit(.minutes(2)))
+  @Test("10,000 await run calls complete without a blocked thread", .timeLimit(.minutes(3)))
   func tenThousandRunsBlockNoThread() async {
     let queue = Queue(label: "await.many", target: .global())
     queue.suspend()
@@ -102,7 +102,7 @@ struct AsyncWaitTests {
   }
 
   @Test(
-    "a cancelled semaphore waiter returns promptly with CancellationError and takes no unit", .timeLimit(.minutes(1)))
+    "a cancelled semaphore waiter returns promptly with CancellationError and takes no unit", .timeLimit(.minutes(3)))
   func semaphoreWaitCancelled() async throws {
     let semaphore = try GCD.Semaphore(value: 0)
     let waiter = Task { try await semaphore.wait() }
