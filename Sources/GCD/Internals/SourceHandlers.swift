@@ -12,11 +12,9 @@ final class SourceHandlers: Sendable {
   let targetRaw: Atomic<UInt>
   let targetFlags: Atomic<UInt>
   let cancel: Mutex<(handler: Source.CancelHandler, installed: Bool)>
-  /// The user's registration handler, the package's own hook (an event
-  /// sequence waiting for registration), and whether the one registration
-  /// block that runs both is installed.
-  let registration = Mutex<(handler: Source.CancelHandler, hook: (@Sendable () -> Void)?, installed: Bool)>(
-    (handler: .none, hook: nil, installed: false))
+  /// The user's registration handler and the package's own hook (an event
+  /// sequence waiting for registration), run by the registration block.
+  let registration = Mutex<(handler: Source.CancelHandler, hook: (@Sendable () -> Void)?)>((handler: .none, hook: nil))
   /// Run at cancellation after the user's cancel handler: the event
   /// sequence's end (set once, by `SourceEvents`).
   let cancelHook = Mutex<(@Sendable () -> Void)?>(nil)
@@ -87,16 +85,14 @@ final class SourceHandlers: Sendable {
   }
 
   /// Records the user's registration handler, or the package's hook, and
-  /// installs the one registration block on first use. Both run once, the
-  /// user's first.
+  /// installs a registration block that runs both, the user's first, once.
+  /// Installed on every call, as the C function is: libdispatch runs a block
+  /// set after registration at once.
   func setRegistration(handler: Source.CancelHandler? = nil, hook: (@Sendable () -> Void)? = nil) {
-    let install = registration.withLock { registration in
+    registration.withLock { registration in
       if let handler { registration.handler = handler }
       if let hook { registration.hook = hook }
-      defer { registration.installed = true }
-      return !registration.installed
     }
-    if !install { return }
     let run: @Sendable () -> Void = { [self] in
       let (handler, hook) = registration.withLock { registration in
         defer { (registration.handler, registration.hook) = (.none, nil) }
