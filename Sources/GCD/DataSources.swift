@@ -6,6 +6,10 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_ADD`.
 public final class DataAddSource: Source, @unchecked Sendable {
+  /// The source's events as an `AsyncSequence` of the merged sums; iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.
@@ -29,6 +33,10 @@ public final class DataAddSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_OR`.
 public final class DataOrSource: Source, @unchecked Sendable {
+  /// The source's events as an `AsyncSequence` of the merged bits; iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.
@@ -52,6 +60,10 @@ public final class DataOrSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_REPLACE`.
 public final class DataReplaceSource: Source, @unchecked Sendable {
+  /// The source's events as an `AsyncSequence` of the latest values; iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.

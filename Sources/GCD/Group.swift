@@ -97,7 +97,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   /// Waits until every work item of the group has finished.
   ///
   /// The corresponding C function is `dispatch_group_wait` with `DISPATCH_TIME_FOREVER`.
-  @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
+  @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait() {
     _ = Libdispatch.group_wait(raw, Libdispatch.timeForever)
@@ -108,7 +108,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
   /// - Returns: true if all work finished, false on timeout.
   ///
   /// The corresponding C function is `dispatch_group_wait`.
-  @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
+  @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait(timeout: Duration) -> Bool {
     Libdispatch.group_wait(raw, deadline(after: timeout)) == 0
@@ -117,10 +117,33 @@ public final class Group: DispatchObject, @unchecked Sendable {
   /// Waits until every work item has finished or the deadline has come.
   ///
   /// - Returns: true if all work finished, false on timeout.
-  @available(*, noasync, message: "blocks the thread; use notify(on:) from async code")
+  @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait(deadline: Deadline) -> Bool {
     Libdispatch.group_wait(raw, deadline.rawValue) == 0
+  }
+
+  /// Suspends the task until every work item of the group has finished;
+  /// no thread waits (a `dispatch_group_notify_f` resumes the task).
+  ///
+  /// - Throws: `CancellationError` when the task is cancelled first; it
+  ///   returns at once then. (The notification it registered stays with
+  ///   the group until the group empties: libdispatch cannot withdraw it;
+  ///   it holds only a small record.)
+  ///
+  /// The corresponding C function is `dispatch_group_notify_f`.
+  public func wait() async throws(CancellationError) {
+    if Libdispatch.group_wait(raw, 0) == 0 { return }
+    let waiter = OneShotWaiter()
+    let done = await withTaskCancellationHandler {
+      Libdispatch.group_notify_f(raw, Queue.global().raw, Unmanaged.passRetained(waiter).toOpaque()) {
+        Unmanaged<OneShotWaiter>.fromOpaque($0.unsafelyUnwrapped).takeRetainedValue().finish(true)
+      }
+      return await waiter.wait()
+    } onCancel: {
+      waiter.finish(false)
+    }
+    if !done { throw CancellationError() }
   }
 
   /// Submits `work` to `queue` once every work item of the group has

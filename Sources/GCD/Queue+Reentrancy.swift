@@ -135,3 +135,34 @@ public func dispatchMain() -> Never {
   }
   Libdispatch.drainMainQueueForever()
 }
+
+/// Runs `body` as a main-actor task and drains `Queue.main` on the main
+/// thread until it ends, then exits the process (status 0, or 1 with the
+/// error on standard error if `body` throws). Call it from the main thread,
+/// from synchronous top-level code.
+///
+/// An `async` main on Linux ends in libdispatch's `dispatch_main`, which
+/// parks the main thread and runs main-queue work, `@MainActor` jobs
+/// included, on worker threads: main-actor code after an `await` is not on
+/// the main thread. Here the main queue is drained on the main thread (as
+/// `dispatchMain()` does), so every main-actor job of `body` and of the
+/// tasks it starts runs there (`Queue.isMainThread` holds after each `await`).
+///
+/// - Parameter body: The program, isolated to the main actor.
+///
+/// The corresponding C function is `dispatch_main`.
+public func dispatchMain(_ body: @escaping @MainActor @Sendable () async throws -> Void) -> Never {
+  if !Libdispatch.isMainThread {
+    fatalError("GCD: dispatchMain(_:) must be called on the main thread")
+  }
+  Task { @MainActor in
+    do {
+      try await body()
+    } catch {
+      system_writeStandardError("GCD: dispatchMain: the main task threw \(error)\n")
+      system_exit(1)
+    }
+    system_exit(0)
+  }
+  Libdispatch.drainMainQueueForever()
+}

@@ -13,8 +13,13 @@ import Synchronization
 /// `Sendable`: libdispatch queues are thread-safe, and the wrapper's state
 /// is immutable or atomic.
 ///
+/// Every queue is a `TaskExecutor` (`withTaskExecutorPreference(queue)`
+/// runs child tasks on it); `SerialQueue`, the package's one subclass, is
+/// also a `SerialExecutor` an actor can run on. The class is public but not
+/// open, and its members are final: calls on a `Queue` dispatch statically.
+///
 /// The corresponding C type is `dispatch_queue_t`.
-public final class Queue: DispatchObject, @unchecked Sendable {
+public class Queue: DispatchObject, @unchecked Sendable {
   /// How a queue runs its work items.
   public enum Kind: Sendable, Hashable {
     /// One work item at a time, in FIFO order. `DISPATCH_QUEUE_SERIAL`.
@@ -86,9 +91,9 @@ public final class Queue: DispatchObject, @unchecked Sendable {
     }
   }
 
-  @usableFromInline let raw: OpaquePointer
+  @usableFromInline final let raw: OpaquePointer
   /// `frameExclusive` for serial queues, plus `Queue.globalFlag` / `mainFlag`.
-  @usableFromInline let flags: UInt
+  @usableFromInline final let flags: UInt
   /// The life cycle (inactive, active, suspended(n)), balanced in
   /// `deinit`, and whether this package set a target (`sync` then walks
   /// the target chain in its re-entrancy check).
@@ -98,15 +103,17 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   /// (`Libdispatch.targetsKey`) and that `deinit` releases: they stay alive
   /// while the wrapper does, so a chain walk that read an older target
   /// stays valid, and a queue that never had a target pays nothing for them.
-  @usableFromInline let state: Atomic<Lifecycle>
+  @usableFromInline final let state: Atomic<Lifecycle>
 
   @usableFromInline static let globalFlag: UInt = 2
   @usableFromInline static let mainFlag: UInt = 4
   /// Created with `initiallyInactive`: libdispatch forbids re-targeting it once active.
   @usableFromInline static let createdInactiveFlag: UInt = 8
+  /// A `SerialQueue`: its executor jobs run isolated to it.
+  @usableFromInline static let serialExecutorFlag: UInt = 16
 
   /// The C queue, borrowed.
-  public var unsafeObject: OpaquePointer { raw }
+  public final var unsafeObject: OpaquePointer { raw }
 
   /// Creates a queue.
   ///
@@ -205,23 +212,23 @@ public final class Queue: DispatchObject, @unchecked Sendable {
   /// The label given at creation ("" for none).
   ///
   /// The corresponding C function is `dispatch_queue_get_label`.
-  public var label: String { String(cString: Libdispatch.queue_get_label(raw)) }
+  public final var label: String { String(cString: Libdispatch.queue_get_label(raw)) }
 
   /// Whether the queue runs one work item at a time.
-  public var kind: Kind { flags & frameExclusive != 0 ? .serial : .concurrent }
+  public final var kind: Kind { flags & frameExclusive != 0 ? .serial : .concurrent }
 
   /// The quality-of-service class libdispatch assigned to the queue: the one
   /// it was created with, except that libdispatch on Linux records
   /// `.userInteractive` as `.userInitiated`.
   ///
   /// The corresponding C function is `dispatch_queue_get_qos_class`.
-  public var qos: QoS {
+  public final var qos: QoS {
     let (qosClass, relative) = Libdispatch.queue_get_qos_class(raw)
     return QoS(rawClass: qosClass, relativePriority: relative)
   }
 
   /// Whether this is `Queue.main` or one of the global queues.
-  public var isGlobal: Bool { flags & Queue.globalFlag != 0 }
+  public final var isGlobal: Bool { flags & Queue.globalFlag != 0 }
 }
 
 // MARK: - Submitting work
@@ -274,6 +281,9 @@ extension Queue {
   /// (directly, from inside a nested `sync`, or through a target queue)
   /// would deadlock; this stops the process with a message naming the
   /// queue instead. See `isCurrent`.
+  ///
+  /// `sync` blocks the calling thread for as long as the work waits and
+  /// runs; from async code, `await run { }` suspends the task instead.
   ///
   /// The corresponding C function is `dispatch_sync` (this calls
   /// `dispatch_sync_f`, with no allocation).
@@ -453,7 +463,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_apply` (through `dispatch_apply_f`).
   @inlinable
   public func apply(_ iterations: Int, _ body: @Sendable (Int) -> Void) {
-    precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
+    Swift.precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
     checkReentrancy(barrier: false, operation: "apply")
     cgcdApply(iterations, UnsafeMutableRawPointer(raw), flags, body)
   }
@@ -466,7 +476,7 @@ extension Queue {
     _ iterations: Int, context: UnsafeMutableRawPointer?,
     function: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
   ) {
-    precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
+    Swift.precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
     checkReentrancy(barrier: false, operation: "apply")
     Libdispatch.apply_f(iterations, raw, context, function)
   }

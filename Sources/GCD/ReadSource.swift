@@ -12,6 +12,10 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ`.
 public final class ReadSource: Source, @unchecked Sendable {
+  /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Creates a read source for `fileDescriptor` whose handlers run on `queue`.
   ///
   /// - Parameters:

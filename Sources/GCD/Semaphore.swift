@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A counting semaphore.
 ///
 /// libdispatch traps when a semaphore is released while its count is below
@@ -7,12 +9,20 @@
 /// (That costs one `dispatch_semaphore_signal` per unit of the starting
 /// value, once, at creation.)
 ///
-/// `Sendable`: libdispatch semaphores are thread-safe, and the wrapper's
-/// only state is the immutable C pointer.
+/// Tasks wait with `try await wait()`, which suspends the task instead of
+/// blocking its thread: it takes a unit at once when one is free, and
+/// otherwise joins a list that `signal()` serves (a cancelled waiter leaves
+/// the list and takes no unit).
+///
+/// `Sendable`: libdispatch semaphores are thread-safe; the wrapper holds
+/// the immutable C pointer and its async waiters behind a mutex.
 ///
 /// The corresponding C type is `dispatch_semaphore_t`.
 public final class Semaphore: DispatchObject, @unchecked Sendable {
   @usableFromInline let raw: OpaquePointer
+  /// How many tasks are in `waiters.list`: `signal()` takes the lock only when some are.
+  @usableFromInline let asyncWaiterCount = Atomic<Int>(0)
+  let waiters = Mutex(SemaphoreWaiters())
 
   /// The C semaphore, borrowed.
   public var unsafeObject: OpaquePointer { raw }
@@ -42,7 +52,7 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   /// Takes one unit, waiting as long as it takes for one to be available.
   ///
   /// The corresponding C function is `dispatch_semaphore_wait` with `DISPATCH_TIME_FOREVER`.
-  @available(*, noasync, message: "blocks the thread")
+  @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait() {
     _ = Libdispatch.semaphore_wait(raw, Libdispatch.timeForever)
@@ -54,7 +64,7 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   /// - Returns: true if a unit was taken, false on timeout.
   ///
   /// The corresponding C function is `dispatch_semaphore_wait`.
-  @available(*, noasync, message: "blocks the thread")
+  @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait(timeout: Duration) -> Bool {
     Libdispatch.semaphore_wait(raw, deadline(after: timeout)) == 0
@@ -64,20 +74,91 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   ///
   /// - Parameter deadline: When to give up.
   /// - Returns: true if a unit was taken, false on timeout.
-  @available(*, noasync, message: "blocks the thread")
+  @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait(deadline: Deadline) -> Bool {
     Libdispatch.semaphore_wait(raw, deadline.rawValue) == 0
   }
 
-  /// Returns one unit, waking a waiting thread if there is one.
+  /// Returns one unit, waking a waiting thread or task if there is one.
   ///
-  /// - Returns: true if a waiting thread was woken.
+  /// - Returns: true if a waiting thread or task was woken.
   ///
   /// The corresponding C function is `dispatch_semaphore_signal`.
   @inlinable
   @discardableResult
   public func signal() -> Bool {
-    Libdispatch.semaphore_signal(raw) != 0
+    let woke = Libdispatch.semaphore_signal(raw) != 0
+    // Pairs with the fence in `wait()`: either this sees the waiter, or the
+    // waiter's try sees this unit. On x86-64 the signal's `lock xadd` is
+    // already a full barrier (and the C call one for the compiler).
+    #if !arch(x86_64)
+      atomicMemoryFence(ordering: .sequentiallyConsistent)
+    #endif
+    if asyncWaiterCount.load(ordering: .relaxed) == 0 { return woke }
+    return handOverUnits() || woke
+  }
+
+  /// Takes the free units and gives them to the async waiters, in order.
+  @usableFromInline
+  func handOverUnits() -> Bool {
+    var woken: [UnsafeContinuation<Bool, Never>] = []
+    waiters.withLock { waiters in
+      while !waiters.list.isEmpty && Libdispatch.semaphore_wait(raw, 0) == 0 {
+        let waiter = waiters.list.removeFirst()
+        asyncWaiterCount.subtract(1, ordering: .relaxed)
+        if case .waiting(let continuation) = waiter.phase { woken.append(continuation) }
+        waiter.phase = .done
+      }
+    }
+    for continuation in woken { continuation.resume(returning: true) }
+    return !woken.isEmpty
+  }
+
+  /// Takes one unit, suspending the task until one is available: no thread
+  /// waits.
+  ///
+  /// - Throws: `CancellationError` when the task is cancelled before it got
+  ///   a unit; it returns promptly then and has taken none.
+  ///
+  /// The corresponding C function is `dispatch_semaphore_wait` with
+  /// `DISPATCH_TIME_NOW` (a try; a timed-out try gives its decrement back).
+  public func wait() async throws(CancellationError) {
+    if Libdispatch.semaphore_wait(raw, 0) == 0 { return }
+    let waiter = SemaphoreWaiters.Waiter()
+    let acquired = await withTaskCancellationHandler {
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
+        let outcome: Bool? = waiters.withLock { waiters in
+          if case .done = waiter.phase { return false }  // cancelled before it got here
+          asyncWaiterCount.add(1, ordering: .relaxed)
+          atomicMemoryFence(ordering: .sequentiallyConsistent)
+          if Libdispatch.semaphore_wait(raw, 0) == 0 {
+            asyncWaiterCount.subtract(1, ordering: .relaxed)
+            waiter.phase = .done
+            return true
+          }
+          waiter.phase = .waiting(continuation)
+          waiters.list.append(waiter)
+          return nil
+        }
+        if let outcome { continuation.resume(returning: outcome) }
+      }
+    } onCancel: {
+      let continuation: UnsafeContinuation<Bool, Never>? = waiters.withLock { waiters in
+        switch waiter.phase {
+        case .new:
+          waiter.phase = .done
+          return nil
+        case .waiting(let continuation):
+          waiters.list.removeAll { $0 === waiter }
+          asyncWaiterCount.subtract(1, ordering: .relaxed)
+          waiter.phase = .done
+          return continuation
+        case .done: return nil
+        }
+      }
+      continuation?.resume(returning: false)
+    }
+    if !acquired { throw CancellationError() }
   }
 }

@@ -20,6 +20,10 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
 public final class SignalSource: Source, @unchecked Sendable {
+  /// The source's events as an `AsyncSequence` of delivery counts; iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Whether a source can observe `signal`: a signal number (1...64) other
   /// than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and SIGFPE. Two tests.
   static func isObservable(_ signal: Int32) -> Bool {

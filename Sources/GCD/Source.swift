@@ -147,7 +147,7 @@ public class Source: DispatchObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_event_handler`.
   public final func setEventHandler(_ handler: @escaping @Sendable () -> Void) {
-    setHandler(.event, handler)
+    Libdispatch.source_set_event_handler(raw, handlers.block(handler))
   }
 
   /// Sets a C function as the event handler; it is called with `context`,
@@ -163,7 +163,8 @@ public class Source: DispatchObject, @unchecked Sendable {
   public final func setEventHandler(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    setHandler(.event, context: context, function: function)
+    Libdispatch.set_context(raw, context)
+    Libdispatch.source_set_event_handler_f(raw, function)
   }
 
   /// Sets the closure run once after `cancel()` takes effect: the place to
@@ -192,20 +193,6 @@ public class Source: DispatchObject, @unchecked Sendable {
     setCancelHandler(.function(function))
   }
 
-  /// Sets a C function as the registration handler, called with `context`
-  /// (which becomes the source's context).
-  ///
-  /// - Parameters:
-  ///   - context: The pointer passed to `function`; stored as the source's context.
-  ///   - function: The C function to call once at registration.
-  ///
-  /// The corresponding C function is `dispatch_source_set_registration_handler_f`.
-  public final func setRegistrationHandler(
-    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
-  ) {
-    setHandler(.registration, context: context, function: function)
-  }
-
   /// Sets the closure run once when the source is installed and starts
   /// watching (after the first `resume()`).
   ///
@@ -213,20 +200,23 @@ public class Source: DispatchObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_registration_handler`.
   public final func setRegistrationHandler(_ handler: @escaping @Sendable () -> Void) {
-    setHandler(.registration, handler)
+    handlers.setRegistration(handler: .closure(handler))
   }
 
-  /// Installs `handler` as a block that runs inside a frame of the target queue.
-  final func setHandler(_ kind: Libdispatch.SourceHandler, _ handler: @escaping @Sendable () -> Void) {
-    Libdispatch.source_set_handler(raw, kind, handlers.block(handler))
-  }
-
-  /// Makes `context` the source's context and installs `function`, which libdispatch calls with it.
-  final func setHandler(
-    _ kind: Libdispatch.SourceHandler, context: UnsafeMutableRawPointer?, function: Libdispatch.Function
+  /// Sets a C function as the registration handler, called with `context`
+  /// (which becomes the source's context).
+  ///
+  /// - Parameters:
+  ///   - context: The pointer passed to `function`; stored as the source's context.
+  ///   - function: The C function to call once at registration.
+  ///
+  /// The corresponding C function is `dispatch_source_set_registration_handler_f`
+  /// (here one registration block, shared with `events`, calls the function).
+  public final func setRegistrationHandler(
+    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
     Libdispatch.set_context(raw, context)
-    Libdispatch.source_set_handler_f(raw, kind, function)
+    handlers.setRegistration(handler: .function(function))
   }
 
   /// The handlers box, made on first use.

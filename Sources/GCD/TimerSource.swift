@@ -5,6 +5,10 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_TIMER`.
 public final class TimerSource: Source, @unchecked Sendable {
+  /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Creates a timer whose handlers run on `queue`. It does not fire until
   /// it is scheduled with `schedule(start:interval:leeway:)` and resumed.
   ///

@@ -16,6 +16,10 @@ public final class WriteSource: Source, @unchecked Sendable {
   /// The watched descriptor.
   public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
 
+  /// The source's events as an `AsyncSequence` of buffer-space estimates; iterating starts
+  /// the source, leaving the loop cancels it (see `SourceEvents`).
+  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
   /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
   ///
   /// - Parameters:

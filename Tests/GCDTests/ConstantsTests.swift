@@ -87,7 +87,7 @@ struct ConstantsTests {
       (Errno.tooManyOpenFilesInSystem, ENFILE, "ENFILE"), (Errno.tooManyOpenFiles, EMFILE, "EMFILE"),
       (Errno.noSpace, ENOSPC, "ENOSPC"), (Errno.brokenPipe, EPIPE, "EPIPE"), (Errno.outOfRange, ERANGE, "ERANGE"),
       (Errno.noFunction, ENOSYS, "ENOSYS"), (Errno.notSupported, ENOTSUP, "ENOTSUP"),
-      (Errno.notDirectory, ENOTDIR, "ENOTDIR"), (Errno.canceled, ECANCELED, "ECANCELED"),
+      (Errno.notDirectory, ENOTDIR, "ENOTDIR"), (Errno.canceled, ECANCELED, "ECANCELED"), (Errno.busy, EBUSY, "EBUSY"),
     ]
     for (swift, c, name) in pairs {
       #expect(swift == c, "\(name)")

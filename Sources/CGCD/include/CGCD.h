@@ -135,6 +135,18 @@ static inline const void *cgcd_main_queue_key(void) {
   return &cgcd_main_queue_key_storage;
 }
 
+/// The key under which a queue used as a Swift executor records its
+/// wrapper (unretained), read back by the job runner with dispatch_get_specific.
+static inline const void *cgcd_executor_key(void) {
+  extern const char cgcd_executor_key_storage;
+  return &cgcd_executor_key_storage;
+}
+
+/// `dispatch_get_current_queue` (deprecated in the header, so declared
+/// again under another name): the queue the calling thread's work item was
+/// submitted to, or the global queue running it.
+extern void *_Nullable cgcd_get_current_queue(void) __asm__("dispatch_get_current_queue");
+
 /// True on the process's main thread (the thread whose id is the pid).
 int cgcd_is_main_thread(void);
 

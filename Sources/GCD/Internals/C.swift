@@ -119,6 +119,20 @@ enum Libdispatch {
   @inlinable static var targetsKey: UnsafeRawPointer { cgcd_targets_key() }
   @inlinable static var mainQueueKey: UnsafeRawPointer { cgcd_main_queue_key() }
 
+  /// The key under which a queue used as an executor records its wrapper
+  /// (unretained), for the job runner (`JobRunner`).
+  @inlinable static var executorKey: UnsafeRawPointer { cgcd_executor_key() }
+
+  /// `dispatch_get_current_queue`: the queue whose work the calling thread
+  /// is running (the queue the work was submitted to, or a global queue);
+  /// libdispatch's own record, which also sees work this package did not
+  /// wrap (`_f` calls). Through CGCD: the header marks it deprecated.
+  static func get_current_queue() -> OpaquePointer? { cgcd_get_current_queue().map(OpaquePointer.init) }
+
+  /// `dispatch_assert_queue_barrier`: returns when the calling thread runs
+  /// work of `queue` as a barrier; otherwise libdispatch stops the process.
+  static func assert_queue_barrier(_ queue: OpaquePointer) { dispatch_assert_queue_barrier(queue) }
+
   /// Whether the calling thread is the process's main thread (CGCD: `gettid() == getpid()`, cached per thread).
   @inlinable static var isMainThread: Bool { cgcd_is_main_thread() != 0 }
 
@@ -244,25 +258,13 @@ enum Libdispatch {
     dispatch_source_set_event_handler(source, handler)
   }
 
-  /// The handlers a source has besides its cancel handler.
-  enum SourceHandler { case event, registration }
-
-  /// `dispatch_source_set_event_handler` or `dispatch_source_set_registration_handler`.
-  static func source_set_handler(
-    _ source: OpaquePointer, _ kind: SourceHandler, _ handler: @escaping @convention(block) () -> Void
-  ) {
-    switch kind {
-    case .event: dispatch_source_set_event_handler(source, handler)
-    case .registration: dispatch_source_set_registration_handler(source, handler)
-    }
+  static func source_set_event_handler_f(_ source: OpaquePointer, _ handler: Function) {
+    dispatch_source_set_event_handler_f(source, handler)
   }
-
-  /// `dispatch_source_set_event_handler_f` or `dispatch_source_set_registration_handler_f`.
-  static func source_set_handler_f(_ source: OpaquePointer, _ kind: SourceHandler, _ handler: Function) {
-    switch kind {
-    case .event: dispatch_source_set_event_handler_f(source, handler)
-    case .registration: dispatch_source_set_registration_handler_f(source, handler)
-    }
+  static func source_set_registration_handler(
+    _ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void
+  ) {
+    dispatch_source_set_registration_handler(source, handler)
   }
   static func source_set_cancel_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
     dispatch_source_set_cancel_handler(source, handler)

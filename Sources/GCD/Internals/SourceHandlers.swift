@@ -12,6 +12,12 @@ final class SourceHandlers: Sendable {
   let targetRaw: Atomic<UInt>
   let targetFlags: Atomic<UInt>
   let cancel: Mutex<(handler: Source.CancelHandler, installed: Bool)>
+  /// The user's registration handler and the package's own hook (an event
+  /// sequence waiting for registration), run by the registration block.
+  let registration = Mutex<(handler: Source.CancelHandler, hook: (@Sendable () -> Void)?)>((handler: .none, hook: nil))
+  /// Run at cancellation after the user's cancel handler: the event
+  /// sequence's end (set once, by `SourceEvents`).
+  let cancelHook = Mutex<(@Sendable () -> Void)?>(nil)
   /// Run once at cancellation, after the user's cancel handler.
   let ownedCleanup: (@Sendable () -> Void)?
 
@@ -58,8 +64,47 @@ final class SourceHandlers: Sendable {
       case .closure(let closure): closure()
       case .function(let function): function(Libdispatch.get_context(raw))
       }
+      cancelHook.withLock { hook in
+        defer { hook = nil }
+        return hook
+      }?()
       ownedCleanup?()
     }
     Libdispatch.source_set_cancel_handler(raw, block(run))
+  }
+
+  /// Sets the package's hook run after the user's cancel handler, and
+  /// installs the cancel block if it is not yet.
+  func setCancelHook(_ hook: @escaping @Sendable () -> Void) {
+    cancelHook.withLock { $0 = hook }
+    let install = cancel.withLock { cancel in
+      defer { cancel.installed = true }
+      return !cancel.installed
+    }
+    if install { installCancelBlock() }
+  }
+
+  /// Records the user's registration handler, or the package's hook, and
+  /// installs a registration block that runs both, the user's first, once.
+  /// Installed on every call, as the C function is: libdispatch runs a block
+  /// set after registration at once.
+  func setRegistration(handler: Source.CancelHandler? = nil, hook: (@Sendable () -> Void)? = nil) {
+    registration.withLock { registration in
+      if let handler { registration.handler = handler }
+      if let hook { registration.hook = hook }
+    }
+    let run: @Sendable () -> Void = { [self] in
+      let (handler, hook) = registration.withLock { registration in
+        defer { (registration.handler, registration.hook) = (.none, nil) }
+        return (registration.handler, registration.hook)
+      }
+      switch handler {
+      case .none: break
+      case .closure(let closure): closure()
+      case .function(let function): function(Libdispatch.get_context(raw))
+      }
+      hook?()
+    }
+    Libdispatch.source_set_registration_handler(raw, block(run))
   }
 }

@@ -47,6 +47,15 @@ func system_openPath(_ path: String) -> Int32 { open(path, cgcd_o_path() | O_CLO
 /// when close reports an error, so there is nothing to retry or undo.
 func system_close(_ descriptor: Int32) { _ = close(descriptor) }
 
+/// `exit(3)`: ends the process (atexit handlers and stdio flushes run).
+func system_exit(_ status: Int32) -> Never { exit(status) }
+
+/// Writes `text` to standard error (`write(2)` on descriptor 2, once).
+func system_writeStandardError(_ text: String) {
+  var text = text
+  text.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
+
 /// `read(2)`; -1 and errno on failure.
 func system_read(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
   read(descriptor, buffer, count)
@@ -159,13 +168,15 @@ enum Errno {
   static let notDirectory = ENOTDIR
   /// `ECANCELED`
   static let canceled = ECANCELED
+  /// `EBUSY`
+  static let busy = EBUSY
 
   /// The C names of the values above, for messages ("ESRCH").
   static let names: [Int32: String] = [
     EPERM: "EPERM", ENOENT: "ENOENT", ESRCH: "ESRCH", EINTR: "EINTR", EBADF: "EBADF", EAGAIN: "EAGAIN",
     ENOMEM: "ENOMEM", EACCES: "EACCES", EISDIR: "EISDIR", EINVAL: "EINVAL", ENFILE: "ENFILE", EMFILE: "EMFILE",
     ENOSPC: "ENOSPC", EPIPE: "EPIPE", ERANGE: "ERANGE", ENOSYS: "ENOSYS", ENOTSUP: "ENOTSUP", ENOTDIR: "ENOTDIR",
-    ECANCELED: "ECANCELED",
+    ECANCELED: "ECANCELED", EBUSY: "EBUSY",
   ]
 }
 
