@@ -33,11 +33,13 @@ build:
 	  if grep -q "warning:" .build-log.txt; then echo "make build: warnings are errors here"; rm -f .build-log.txt; exit 1; fi; \
 	  rm -f .build-log.txt
 
-## test: docs/listings.md checked against the examples' code, the whole test
+## test: docs/listings.md, the DocC articles, the README and docs/ pages checked against the
+## examples' code (docs/listings.sh, docs/docc-listings.sh), the whole test
 ## suite (Swift Testing), examples included, then one --quick run of the
 ## benchmark (debug build) so that it cannot rot
 test: build $(BENCH_C_LIB)
 	docs/listings.sh --check
+	docs/docc-listings.sh --check
 	$(SWIFT) test --skip-build
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
 	@echo "GCDBenchmarks --quick: ok"
@@ -131,6 +133,19 @@ docs-links:
 ## (scripts/docs-check.sh installs Debian's chromium if it can, and says so when it skips)
 docs-check: docs-twice docs-links
 	scripts/docs-check.sh $(DOCS_OUT)
+
+## api-check: the public API against the checked-in baseline api/GCD.json (swift-api-digester):
+## fails when a public name disappears or a declaration changes type; then proves that it can fail
+## (scripts/api-check.sh self-test). See docs/api.md.
+api-check:
+	$(SWIFT) build --target GCD
+	scripts/api-check.sh check
+	scripts/api-check.sh self-test
+
+## api-baseline: records the public API as it is now in api/GCD.json (review the diff, commit it)
+api-baseline:
+	$(SWIFT) build --target GCD
+	scripts/api-check.sh baseline
 
 clean:
 	rm -rf .build

@@ -63,9 +63,12 @@ for name in graphs {
       required["doc://\(module)/documentation/\(module)/\(path.joined(separator: "/"))"] =
         "public \(kind.replacingOccurrences(of: "swift.", with: "")) \(path.joined(separator: "."))"
     } else if kind == "swift.extension" {
+      // An extended type is curated by DocC on its extended module's page (`Swift`), which the
+      // landing page curates; curating the type itself would leave that page empty and removed,
+      // and the type page's breadcrumb pointing at nothing.
       let extended = String(name.dropFirst(module.count + 1).dropLast(".symbols.json".count))
-      required["doc://\(module)/documentation/\(module)/\(extended)/\(path.joined(separator: "/"))"] =
-        "extension of \(extended).\(path.joined(separator: "."))"
+      required["doc://\(module)/documentation/\(module)/\(extended)"] =
+        "extended module \(extended) (\(extended).\(path.joined(separator: ".")))"
     }
   }
 }

@@ -7,16 +7,16 @@
 // docs: begin tour
 import GCD
 
-let queue = Queue(label: "com.example.work")  // serial unless you say .concurrent
+let queue = Queue(label: "com.example.work")  // serial
 let group = Group()
 for i in 0..<4 { group.async(on: .global()) { print("task \(i) ran") } }
-group.wait()  // or group.notify(on: queue) { … }
-let answer = queue.sync { 6 * 7 }  // no allocation; returns the closure's value
+group.wait()  // or group.notify(on: queue) { }
+let answer = queue.sync { 6 * 7 }  // no allocation
 print("the answer from the queue: \(answer)")
 
-let ticked = try Semaphore(value: 0)  // a negative value throws a GCDError
+let ticked = try Semaphore(value: 0)  // -1 would throw
 let timer = TimerSource(queue: queue)
-timer.schedule(start: .now, interval: .milliseconds(10), leeway: .milliseconds(1))
+timer.schedule(start: .now, interval: .milliseconds(10))
 timer.setEventHandler { ticked.signal() }
 timer.resume()
 for _ in 1...3 { ticked.wait() }
