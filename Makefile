@@ -134,6 +134,11 @@ docs-links:
 docs-check: docs-twice docs-links
 	scripts/docs-check.sh $(DOCS_OUT)
 
+## static-examples: every example built in release mode with --static-swift-stdlib, checked to load
+## no toolchain library, and two of them run from outside the build (scripts/static-check.sh)
+static-examples:
+	scripts/static-check.sh
+
 ## api-check: the public API against the checked-in baseline api/GCD.json (swift-api-digester):
 ## fails when a public name disappears or a declaration changes type; then proves that it can fail
 ## (scripts/api-check.sh self-test). See docs/api.md.
