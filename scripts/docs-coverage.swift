@@ -132,9 +132,11 @@ if !missing.isEmpty || !generated.isEmpty {
     FileHandle.standardError.write("docs-coverage: not curated in any Topics group: \(item)\n".data(using: .utf8)!)
   }
   for group in generated {
-    FileHandle.standardError.write("docs-coverage: the landing page has a generated group (\(group))\n".data(using: .utf8)!)
+    FileHandle.standardError.write(
+      "docs-coverage: the landing page has a generated group (\(group))\n".data(using: .utf8)!)
   }
   fail(
-    "add each to a Topics group of \(catalog.lastPathComponent)/\(module).md (a symbol as ``Name``, an article as <doc:Name>)")
+    "add each to a Topics group of \(catalog.lastPathComponent)/\(module).md (a symbol as ``Name``, an article as <doc:Name>)"
+  )
 }
 print("docs-coverage: \(required.count) public symbols, extensions and articles, each curated in a Topics group")

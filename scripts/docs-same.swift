@@ -11,7 +11,8 @@ import Foundation
 
 let arguments = CommandLine.arguments
 guard arguments.count == 3 else {
-  FileHandle.standardError.write("usage: swift scripts/docs-same.swift <first site> <second site>\n".data(using: .utf8)!)
+  FileHandle.standardError.write(
+    "usage: swift scripts/docs-same.swift <first site> <second site>\n".data(using: .utf8)!)
   exit(2)
 }
 
