@@ -16,7 +16,7 @@ public final class TimerSource: Source, @unchecked Sendable {
     super.init(created: try! Source.create(.timer, queue: queue), queue: queue)
   }
 
-  /// Sets when the timer fires.
+  /// Sets when the timer first fires, how often it repeats, and how late it may fire.
   ///
   /// - Parameters:
   ///   - start: The first fire: `Deadline.now + …` counts on the monotonic
