@@ -34,12 +34,14 @@ build:
 	  rm -f .build-log.txt
 
 ## test: docs/listings.md, the DocC articles, the README and docs/ pages checked against the
-## examples' code (docs/listings.sh, docs/docc-listings.sh), the whole test
+## examples' code (docs/listings.sh, docs/docc-listings.sh), the DocC tutorial's code files
+## compiled (docs/tutorial-check.sh), the whole test
 ## suite (Swift Testing), examples included, then one --quick run of the
 ## benchmark (debug build) so that it cannot rot
 test: build $(BENCH_C_LIB)
 	docs/listings.sh --check
 	docs/docc-listings.sh --check
+	docs/tutorial-check.sh
 	$(SWIFT) test --skip-build
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
 	@echo "GCDBenchmarks --quick: ok"

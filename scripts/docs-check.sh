@@ -86,9 +86,9 @@ check_page() {
   local page=${1%%$'\t'*} title=${1#*$'\t'} dom heading
   dom="$work/dom-${page//\//_}.html"
   chrome --dump-dom "$base/$page/" >"$dom" || true
-  # The page's own heading, as DocC renders it: <h1 class="title"> (a tutorial's: its hero heading),
+  # The page's own heading, as DocC renders it: <h1 class="title"> (a tutorial's: <h1 class="heading">),
   # its text split by <wbr> and <span>s.
-  heading=$(tr '\n' ' ' <"$dom" | grep -oE '<h1[^>]*class="(title|[^"]*headline[^"]*)"[^>]*>.*' |
+  heading=$(tr '\n' ' ' <"$dom" | grep -oE '<h1[^>]*class="(title|heading)"[^>]*>.*' |
     sed -e 's#</h1>.*##' -e 's/<[^>]*>//g' -e 's/&amp;/\&/g' -e 's/&lt;/</g' -e 's/&gt;/>/g' \
       -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' | head -1 || true)
   if [[ $heading != "$title" ]]; then
