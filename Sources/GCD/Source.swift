@@ -70,8 +70,7 @@ public class Source: DispatchObject, @unchecked Sendable {
   /// sources share.
   static func create(
     descriptor: Int32, _ type: Libdispatch.SourceType, queue: Queue, operation: @autoclosure () -> String
-  ) throws(GCDError) -> OpaquePointer
-  {
+  ) throws(GCDError) -> OpaquePointer {
     guard descriptor >= 0, let status = system_fstat(descriptor) else {
       throw GCDError(operation: operation(), errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
     }
