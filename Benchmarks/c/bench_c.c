@@ -9,6 +9,7 @@
 // carries inputs and secondary results where a function says so.
 
 #define _GNU_SOURCE
+#include <Block/Block.h>
 #include <dispatch/dispatch.h>
 
 #include <fcntl.h>
@@ -467,4 +468,110 @@ EXPORT double bench_c_rss_queued(int64_t n, double *extra) {
   check(count == n, "rss count");
   dispatch_release(queue);
   return 0;
+}
+
+// MARK: - Dispatch blocks (work items)
+
+/// dispatch_block_create of a capturing block + dispatch_async +
+/// dispatch_block_notify onto the same serial queue + Block_release, then a
+/// drain (two syncs: the last notify is queued while the last block runs).
+EXPORT double bench_c_workitem_notify(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.workitem", NULL);
+  long count = 0, notified = 0;
+  long *counter = &count, *notifications = &notified;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_block_t block = dispatch_block_create(0, ^{
+      (*counter)++;
+    });
+    dispatch_async(queue, block);
+    dispatch_block_notify(block, queue, ^{
+      (*notifications)++;
+    });
+    Block_release(block);
+  }
+  dispatch_sync(queue, ^{
+  });
+  dispatch_sync(queue, ^{
+  });
+  int64_t end = now_ns();
+  check(count == n && notified == n, "workitem_notify count");
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_block_create of a capturing block + dispatch_async + Block_release, then a drain.
+EXPORT double bench_c_workitem_async(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.workitem", NULL);
+  long count = 0;
+  long *counter = &count;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_block_t block = dispatch_block_create(0, ^{
+      (*counter)++;
+    });
+    dispatch_async(queue, block);
+    Block_release(block);
+  }
+  dispatch_sync(queue, ^{
+  });
+  int64_t end = now_ns();
+  check(count == n, "workitem_async count");
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_after(now) of a capturing block, then drains until all ran.
+EXPORT double bench_c_after(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.after", NULL);
+  long count = 0;
+  long *counter = &count;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_after(DISPATCH_TIME_NOW, queue, ^{
+      (*counter)++;
+    });
+  }
+  __block long seen = 0;
+  for (int tries = 0; tries < 100000; tries++) {
+    dispatch_sync(queue, ^{
+      seen = count;
+    });
+    if (seen == n) break;
+    usleep(100);
+  }
+  int64_t end = now_ns();
+  check(seen == n, "after count");
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+/// dispatch_block_create + dispatch_after(1 s; 10 ms for n <= 10) +
+/// dispatch_block_cancel + Block_release; the cancelled timers are drained
+/// outside the timed region.
+EXPORT double bench_c_after_cancel(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.after_cancel", NULL);
+  long count = 0;
+  long *counter = &count;
+  int64_t delay_ms = n <= 10 ? 10 : 1000;
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_block_t block = dispatch_block_create(0, ^{
+      (*counter)++;
+    });
+    dispatch_after(dispatch_time(DISPATCH_TIME_NOW, delay_ms * 1000000), queue, block);
+    dispatch_block_cancel(block);
+    Block_release(block);
+  }
+  int64_t end = now_ns();
+  usleep((useconds_t)(delay_ms * 1000 + 100000));
+  dispatch_sync(queue, ^{
+  });
+  check(count == 0, "after_cancel: a cancelled block ran");
+  dispatch_release(queue);
+  return per_op(start, end, n);
 }

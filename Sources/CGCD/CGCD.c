@@ -73,6 +73,17 @@ __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_
   cgcd_dispatch_sync_either(barrier, queue, &call, cgcd_sync_trampoline);
 }
 
+__attribute__((swiftcall)) void cgcd_async_and_wait(void *queue, uintptr_t flags, uintptr_t barrier,
+                                                    cgcd_swift_closure_fn function, void *context) {
+  struct cgcd_call call = cgcd_call_make(queue, flags, context);
+  call.function.closure = function;
+  if (barrier) {
+    cgcd_barrier_async_and_wait_f(queue, &call, cgcd_sync_trampoline);
+  } else {
+    cgcd_async_and_wait_f(queue, &call, cgcd_sync_trampoline);
+  }
+}
+
 // The fast path of `sync` from outside any queue (no frame on this thread)
 // onto a queue that cannot hand the work to another thread (not the main
 // queue, no target set by the package): dispatch_sync runs the work on the

@@ -329,6 +329,47 @@ extension Queue {
     Libdispatch.barrier_sync_f(raw, context, function)
   }
 
+  /// Submits a closure to the queue and waits for it: like `sync`, but the
+  /// closure runs the way async work does (on one of the queue's threads,
+  /// after the work before it, and with what the queue is set up for),
+  /// while the caller waits. Returns its result or rethrows its error.
+  ///
+  /// Calling it onto a queue the current thread is already running on
+  /// would deadlock; this stops the process with a message naming the
+  /// queue instead (as `sync` does).
+  ///
+  /// - Parameter work: The closure.
+  ///
+  /// The corresponding C function is `dispatch_async_and_wait` (this calls
+  /// `dispatch_async_and_wait_f`, with no allocation).
+  @inlinable
+  public func asyncAndWait<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
+    try runAsyncAndWait(barrier: false, work)
+  }
+
+  /// `asyncAndWait` as a barrier: on a concurrent queue the closure waits
+  /// for the work before it and runs alone.
+  ///
+  /// - Parameter work: The closure.
+  ///
+  /// The corresponding C function is `dispatch_barrier_async_and_wait`.
+  @inlinable
+  public func asyncAndWaitBarrier<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
+    try runAsyncAndWait(barrier: true, work)
+  }
+
+  @inlinable
+  func runAsyncAndWait<T, E: Error>(barrier: Bool, _ work: () throws(E) -> T) throws(E) -> T {
+    checkReentrancy(barrier: barrier, operation: barrier ? "asyncAndWaitBarrier" : "asyncAndWait")
+    var result: Result<T, E>?
+    withUnsafeMutablePointer(to: &result) { result in
+      cgcdAsyncAndWait(UnsafeMutableRawPointer(raw), barrier ? frameExclusive : flags, barrier ? 1 : 0) {
+        result.pointee = Result(catching: work)
+      }
+    }
+    return try result.unsafelyUnwrapped.get()
+  }
+
   @inlinable
   func runAndWait<T, E: Error>(barrier: Bool, _ work: () throws(E) -> T) throws(E) -> T {
     var result: Result<T, E>?
@@ -357,23 +398,35 @@ extension Queue {
 
   /// Submits a closure to run on the queue after a delay.
   ///
+  /// - Parameters:
+  ///   - delay: How long from now.
+  ///   - work: The closure.
+  /// - Returns: The closure as a `WorkItem`: `cancel()` it to keep it from
+  ///   running, `notify` or `wait` on it. Ignore it if you need none of that.
+  ///
   /// The corresponding C function is `dispatch_after`.
   @inlinable
-  public func after(_ delay: Duration, _ work: @escaping @Sendable () -> Void) {
+  @discardableResult
+  public func after(_ delay: Duration, _ work: @escaping @Sendable () -> Void) -> WorkItem {
     after(deadline: .now + delay, work)
   }
 
   /// Submits a closure to run on the queue at a deadline (monotonic or wall clock).
-  /// With `Deadline.forever` the closure never runs and is released at once.
+  /// With `Deadline.forever` the closure never runs: it is released with
+  /// the returned item (at once if the result is ignored).
+  ///
+  /// - Parameters:
+  ///   - deadline: When to run it.
+  ///   - work: The closure.
+  /// - Returns: The closure as a `WorkItem`: `cancel()` it to keep it from
+  ///   running (it never runs, and its captures are released at once).
   ///
   /// The corresponding C function is `dispatch_after`.
-  @inlinable
-  public func after(deadline: Deadline, _ work: @escaping @Sendable () -> Void) {
-    // libdispatch ignores a FOREVER deadline; do not box (and so leak) the closure.
-    if deadline.isForever { return }
-    Libdispatch.after_f(deadline.rawValue, raw, Work.context(work, queue: raw, flags: flags)) {
-      Work.run($0)
-    }
+  @discardableResult
+  public func after(deadline: Deadline, _ work: @escaping @Sendable () -> Void) -> WorkItem {
+    let item = WorkItem(work)
+    after(deadline: deadline, item)
+    return item
   }
 
   /// Submits a C function and its context to run on the queue at a deadline.
@@ -445,7 +498,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_resume`.
   public func resume() {
     if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be resumed") }
-    state.update { $0.resume(starts: false) }.perform(on: raw) { _ in
+    if state.update({ $0.resume(starts: false) }).perform(on: raw) != nil {
       fatalError("GCD: Queue '\(label)': resume() without a matching suspend()")
     }
   }

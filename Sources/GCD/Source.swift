@@ -125,7 +125,7 @@ public class Source: DispatchObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_get_data`.
   @inlinable
-  public var data: UInt { Libdispatch.source_get_data(raw) }
+  public final var data: UInt { Libdispatch.source_get_data(raw) }
 
   /// The mask the source was created with (the events it watches).
   ///
@@ -256,9 +256,24 @@ public class Source: DispatchObject, @unchecked Sendable {
   /// The corresponding C functions are `dispatch_activate` (first start) and `dispatch_resume`.
   @inlinable
   public final func resume() {
+    // The common first start (inactive -> active, `.activate`), as one
+    // compare-and-swap; every other case goes through the machine.
+    if onActivate == nil
+      && lifecycle.compareExchange(expected: .inactive, desired: .active, ordering: .acquiringAndReleasing).exchanged
+    {
+      Libdispatch.activate(raw)
+      return
+    }
+    resumeThroughLifecycle()
+  }
+
+  /// `resume()` through the life-cycle machine: balances a suspension,
+  /// starts (running the start hook first), or stops with a message.
+  @usableFromInline
+  final func resumeThroughLifecycle() {
     let action = lifecycle.update { $0.resume(starts: true) }
     if action == .activate { onActivate?() }
-    action.perform(on: raw) { unbalancedResume($0) }
+    if let misuse = action.perform(on: raw) { unbalancedResume(misuse) }
   }
 
   /// Suspends event delivery; events that arrive meanwhile are merged and

@@ -16,6 +16,49 @@ public final class TimerSource: Source, @unchecked Sendable {
     super.init(created: try! Source.create(.timer, queue: queue), queue: queue)
   }
 
+  /// How a timer fires.
+  ///
+  /// The corresponding C type is the mask of a timer source (`DISPATCH_TIMER_*`).
+  public struct Flags: OptionSet, Sendable, Hashable, CustomStringConvertible {
+    /// The `DISPATCH_TIMER_*` bits.
+    public let rawValue: UInt
+
+    /// Flags from their `DISPATCH_TIMER_*` bits.
+    ///
+    /// - Parameter rawValue: The bits.
+    public init(rawValue: UInt) { self.rawValue = rawValue }
+
+    /// Fire as close to the schedule as the system can, leeway or not,
+    /// instead of letting the system coalesce fires to save power
+    /// (`DISPATCH_TIMER_STRICT`).
+    public static let strict = Flags(rawValue: 0x1)
+
+    /// The set flags by name, e.g. `[strict]`.
+    public var description: String { describeFlags(self, names: [(.strict, "strict")]) }
+  }
+
+  /// Creates a timer with `flags` whose handlers run on `queue`. It does not
+  /// fire until it is scheduled with `schedule(start:interval:leeway:)` and
+  /// resumed.
+  ///
+  /// - Parameters:
+  ///   - queue: The queue the handlers run on.
+  ///   - flags: `.strict` for a timer the system does not coalesce. Bits
+  ///     beside `Flags`' stop the process with a message (libdispatch
+  ///     rejects them).
+  ///
+  /// The corresponding C function is `dispatch_source_create` (the flags are its mask).
+  public init(queue: Queue, flags: Flags) {
+    if !flags.isSubset(of: .strict) {
+      fatalError("GCD: TimerSource(flags: \(flags)): libdispatch knows no such timer flag")
+    }
+    super.init(created: try! Source.create(.timer, mask: flags.rawValue, queue: queue), queue: queue)
+  }
+
+  /// The flags the timer was created with (libdispatch's mask; it reads
+  /// empty once the timer is cancelled).
+  public var flags: Flags { Flags(rawValue: mask) }
+
   /// Sets when the timer first fires, how often it repeats, and how late it may fire.
   ///
   /// - Parameters:

@@ -103,6 +103,12 @@ __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_
 __attribute__((swiftcall)) void cgcd_sync_here(void *queue, uintptr_t flags, uintptr_t barrier,
                                                cgcd_swift_closure_fn function, void *_Nullable context);
 
+/// `dispatch_async_and_wait_f` / `dispatch_barrier_async_and_wait_f` of a
+/// non-escaping Swift closure, inside a frame for `queue` linked to the
+/// caller's chain (as `cgcd_sync`).
+__attribute__((swiftcall)) void cgcd_async_and_wait(void *queue, uintptr_t flags, uintptr_t barrier,
+                                                    cgcd_swift_closure_fn function, void *_Nullable context);
+
 /// `dispatch_apply_f` of a non-escaping Swift `(Int) -> Void` closure, each
 /// iteration inside a frame for `queue` linked to the caller's chain.
 __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
@@ -152,6 +158,41 @@ int cgcd_o_path(void);
 /// thread, where libdispatch's own `dispatch_main` would end that thread.
 extern int cgcd_main_queue_handle(void) __asm__("_dispatch_get_main_queue_handle_4CF");
 extern void cgcd_main_queue_callback(void *_Nullable message) __asm__("_dispatch_main_queue_callback_4CF");
+
+// MARK: - Dispatch blocks and async-and-wait
+
+#if __has_extension(blocks)
+/// `dispatch_block_t`, for the two calls that need a real block: a block
+/// made by `dispatch_block_create_with_qos_class` carries its flags and QoS
+/// only while it keeps its identity, which Swift's import of the dispatch
+/// headers loses (it re-wraps every block argument and result as a closure).
+typedef void (^cgcd_block_t)(void);
+
+/// `dispatch_block_create_with_qos_class`: a new block (+1, released by
+/// Swift) that runs `block` with `flags` and the QoS class; NULL for an
+/// invalid class or relative priority.
+extern cgcd_block_t _Nullable cgcd_block_create_with_qos_class(uintptr_t flags, unsigned int qos_class,
+                                                               int relative_priority, cgcd_block_t block)
+    __asm__("dispatch_block_create_with_qos_class") __attribute__((ns_returns_retained));
+
+/// `dispatch_async` of a block, which keeps its identity (and so its flags).
+extern void cgcd_async_block(void *queue, cgcd_block_t block) __asm__("dispatch_async");
+
+/// `dispatch_barrier_async` of a block, likewise.
+extern void cgcd_barrier_async_block(void *queue, cgcd_block_t block) __asm__("dispatch_barrier_async");
+
+/// `dispatch_after` of a block, likewise.
+extern void cgcd_after_block(uint64_t when, void *queue, cgcd_block_t block) __asm__("dispatch_after");
+#endif
+
+/// `dispatch_async_and_wait_f`: exported by libdispatch, not declared in the
+/// headers Swift imports.
+extern void cgcd_async_and_wait_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))
+    __asm__("dispatch_async_and_wait_f");
+
+/// `dispatch_barrier_async_and_wait_f`, likewise.
+extern void cgcd_barrier_async_and_wait_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))
+    __asm__("dispatch_barrier_async_and_wait_f");
 
 #pragma clang assume_nonnull end
 

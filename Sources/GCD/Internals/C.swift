@@ -80,6 +80,18 @@ enum Libdispatch {
   ) {
     dispatch_after_f(when, queue, context, work)
   }
+  /// `dispatch_async_and_wait_f` (through CGCD: not declared in the headers).
+  @inlinable static func async_and_wait_f(
+    _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    cgcd_async_and_wait_f(UnsafeMutableRawPointer(queue), context, work)
+  }
+  /// `dispatch_barrier_async_and_wait_f` (through CGCD: not declared in the headers).
+  @inlinable static func barrier_async_and_wait_f(
+    _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    cgcd_barrier_async_and_wait_f(UnsafeMutableRawPointer(queue), context, work)
+  }
   @inlinable static func apply_f(
     _ iterations: Int, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,
     _ work: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
@@ -146,6 +158,32 @@ enum Libdispatch {
   /// 0 when a unit was taken, non-zero on timeout.
   @inlinable static func semaphore_wait(_ semaphore: OpaquePointer, _ timeout: UInt64) -> Int {
     dispatch_semaphore_wait(semaphore, timeout)
+  }
+
+  // MARK: Dispatch blocks
+
+  /// A block as libdispatch makes and takes it.
+  typealias Block = @convention(block) () -> Void
+
+  /// `dispatch_block_create_with_qos_class` (through CGCD, so the block
+  /// keeps its identity and flags); nil for flags, a class or a relative
+  /// priority libdispatch rejects.
+  static func block_create_with_qos_class(_ flags: UInt, _ qos: UInt32, _ relative: Int32, _ body: @escaping Block)
+    -> Block?
+  {
+    cgcd_block_create_with_qos_class(flags, qos, relative, body)
+  }
+  /// `dispatch_async` of a block made by `block_create_with_qos_class`.
+  static func async_block(_ queue: OpaquePointer, _ block: @escaping Block) {
+    cgcd_async_block(UnsafeMutableRawPointer(queue), block)
+  }
+  /// `dispatch_barrier_async` of a block made by `block_create_with_qos_class`.
+  static func barrier_async_block(_ queue: OpaquePointer, _ block: @escaping Block) {
+    cgcd_barrier_async_block(UnsafeMutableRawPointer(queue), block)
+  }
+  /// `dispatch_after` of a block made by `block_create_with_qos_class`.
+  static func after_block(_ when: UInt64, _ queue: OpaquePointer, _ block: @escaping Block) {
+    cgcd_after_block(when, UnsafeMutableRawPointer(queue), block)
   }
 
   // MARK: Time

@@ -141,14 +141,13 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
 }
 
 extension Lifecycle.Action {
-  /// Does the C side of the action on `object`. `.unbalanced` calls `misuse`,
-  /// which stops the process with a message naming the object (events that
-  /// cannot be unbalanced leave it out).
+  /// Does the C side of the action on `object`, and returns the misuse of
+  /// an `.unbalanced` action (the caller stops with a message naming the
+  /// object). No closure: a capturing one would cost a retain per call.
   @inlinable
-  func perform(
-    on object: OpaquePointer,
-    misuse: (Lifecycle.Misuse) -> Never = { fatalError("GCD: unexpected unbalanced life-cycle event (\($0))") }
-  ) {
+  @inline(__always)
+  @discardableResult
+  func perform(on object: OpaquePointer) -> Lifecycle.Misuse? {
     switch self {
     case .none: break
     case .activate: Libdispatch.activate(object)
@@ -156,14 +155,16 @@ extension Lifecycle.Action {
     case .settle(let resumes, let activate):
       for _ in 0..<resumes { Libdispatch.resume(object) }
       if activate { Libdispatch.activate(object) }
-    case .unbalanced(let why): misuse(why)
+    case .unbalanced(let why): return why
     }
+    return nil
   }
 }
 
 extension Atomic where Value == Lifecycle {
   /// Applies `event` atomically (a compare-and-swap loop) and returns its action.
   @inlinable
+  @inline(__always)
   func update(_ event: (inout Lifecycle) -> Lifecycle.Action) -> Lifecycle.Action {
     var current = load(ordering: .relaxed)
     while true {

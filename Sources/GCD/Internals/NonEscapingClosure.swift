@@ -31,6 +31,12 @@ func cgcdSync(_ queue: UnsafeMutableRawPointer, _ flags: UInt, _ barrier: UInt, 
 @_silgen_name("cgcd_sync_here")
 func cgcdSyncHere(_ queue: UnsafeMutableRawPointer, _ flags: UInt, _ barrier: UInt, _ body: () -> Void)
 
+/// `dispatch_async_and_wait_f` (or `dispatch_barrier_async_and_wait_f` when
+/// `barrier` is 1) of `body` onto `queue`, inside a frame linked to the caller's chain.
+@usableFromInline
+@_silgen_name("cgcd_async_and_wait")
+func cgcdAsyncAndWait(_ queue: UnsafeMutableRawPointer, _ flags: UInt, _ barrier: UInt, _ body: () -> Void)
+
 /// `dispatch_apply_f` of `body`, each iteration inside a frame linked to the caller's chain.
 @usableFromInline
 @_silgen_name("cgcd_apply")

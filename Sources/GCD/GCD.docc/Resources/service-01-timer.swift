@@ -1,4 +1,5 @@
-// A Linux service with GCD, step 1: the service's work runs on its own serial queue, every second.
+// A Linux service with GCD, step 1: the work runs on the service's own serial queue,
+// once a second.
 import GCD
 import Glibc
 
