@@ -5,7 +5,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
-.PHONY: all build test examples lint format docs docs-twice docs-links docs-check api-check api-baseline static-examples bench sanitize sanitize-thread sanitize-address clean
+.PHONY: all build test examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench sanitize sanitize-thread sanitize-address clean
 
 SYMBOL_GRAPHS := .build/docs/symbol-graphs
 DOCS_OUT := .build/documentation
@@ -131,9 +131,15 @@ docs-twice:
 docs-links:
 	$(SWIFT) scripts/docs-links.swift $(DOCS_OUT) Examples
 
-## docs-check: docs-twice, docs-links, then the site opened as a reader would, in headless Chromium
-## (scripts/docs-check.sh installs Debian's chromium if it can, and says so when it skips)
-docs-check: docs-twice docs-links
+## docs-selftest: proves the documentation checks can fail: each rejects a copy with one defect
+## made on purpose (scripts/docs-selftest.sh; CI runs this)
+docs-selftest:
+	scripts/docs-selftest.sh
+
+## docs-check: docs-twice, docs-links, docs-selftest, then the site opened as a reader would, in
+## headless Chromium (scripts/docs-check.sh installs Debian's chromium if it can, and says so when
+## it skips)
+docs-check: docs-twice docs-links docs-selftest
 	scripts/docs-check.sh $(DOCS_OUT)
 
 ## static-examples: every example built in release mode with --static-swift-stdlib, checked to load
