@@ -337,12 +337,16 @@ public final class WorkItem: Sendable {
   ///   - queue: The queue to run `work` on.
   ///   - work: The completion block.
   ///
-  /// The corresponding C function is `dispatch_block_notify` (here a
-  /// group the item leaves when it completes, and `dispatch_group_notify_f`).
+  /// The corresponding C function is `dispatch_block_notify` (here the
+  /// first completion block is kept in the item and submitted with
+  /// `dispatch_async_f` when it completes; later ones wait on a group the
+  /// item leaves then, with `dispatch_group_notify_f`).
   public func notify(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
-    switch machine.withLock({ $0.groupToWaitOn() }) {
+    switch machine.withLock({ $0.addNotification(.init(queue: queue, work: work)) }) {
     case .complete:
       queue.async(work)
+    case .stored:
+      break
     case .wait(let group):
       Libdispatch.group_notify_f(group, queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags)) {
         Work.run($0)
@@ -463,43 +467,5 @@ extension WorkItem: CustomStringConvertible, CustomReflectable {
     Mirror(
       self, children: ["state": state, "isCancelled": isCancelled, "flags": flags, "qos": qos],
       displayStyle: .class)
-  }
-}
-
-// MARK: - Submitting items
-
-extension Queue {
-  /// Submits `item` to run on the queue (it runs at most once, whatever
-  /// else submitted it).
-  ///
-  /// - Parameter item: The item; its flags and QoS apply.
-  ///
-  /// The corresponding C function is `dispatch_async`.
-  public func async(_ item: WorkItem) {
-    item.submit(to: self, deadline: nil)
-  }
-
-  /// Submits `item` to run on the queue after `delay`.
-  ///
-  /// - Parameters:
-  ///   - delay: How long from now.
-  ///   - item: The item; cancel it to keep it from running.
-  ///
-  /// The corresponding C function is `dispatch_after`.
-  public func after(_ delay: Duration, _ item: WorkItem) {
-    after(deadline: .now + delay, item)
-  }
-
-  /// Submits `item` to run on the queue at `deadline` (monotonic or wall
-  /// clock). With `Deadline.forever` it is not submitted.
-  ///
-  /// - Parameters:
-  ///   - deadline: When to run it.
-  ///   - item: The item; cancel it to keep it from running.
-  ///
-  /// The corresponding C function is `dispatch_after`.
-  public func after(deadline: Deadline, _ item: WorkItem) {
-    if deadline.isForever { return }
-    item.submit(to: self, deadline: deadline.rawValue)
   }
 }

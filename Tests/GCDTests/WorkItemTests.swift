@@ -313,6 +313,36 @@ struct WorkItemTests {
     #expect(isCurrent == true)
   }
 
+  @Test("every completion block runs once, after the closure: the first, later ones, and one added after a wait")
+  func severalNotifies() {
+    let order = Recorder<String>()
+    let all = Latch(count: 4)
+    let gate = Event()
+    let item = WorkItem {
+      gate.wait()
+      order.append("body")
+    }
+    for index in 0..<3 {
+      item.notify(on: Queue(label: "workitem.notify-\(index)")) {
+        order.append("notify")
+        all.signal()
+      }
+    }
+    let early = item.wait(timeout: .milliseconds(1))
+    item.notify(on: .global()) {
+      order.append("notify")
+      all.signal()
+    }
+    Queue.global().async(item)
+    gate.signal()
+    let allRan = all.wait()
+    item.wait()
+    let recorded = order.values
+    #expect(!early)
+    #expect(allRan)
+    #expect(recorded == ["body", "notify", "notify", "notify", "notify"])
+  }
+
   @Test("many threads can wait on one item, and wait again later")
   func manyWaiters() {
     let gate = Event()

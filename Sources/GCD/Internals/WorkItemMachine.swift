@@ -16,9 +16,18 @@ struct WorkItemMachine: ~Copyable {
   /// The closure, until it runs or the item is cancelled: `begin` moves it
   /// out, so it can run only once.
   var body: (@Sendable () -> Void)?
-  /// Made on the first `notify` or `wait` of an item that has not
+  /// The first `notify` work, kept here and submitted at completion: an
+  /// item with one completion block needs no group.
+  var notification: Notification?
+  /// Made on the first `wait` (or second `notify`) of an item that has not
   /// completed, and entered once; left once, when the item completes.
   var group: OpaquePointer?
+
+  /// A completion block and its queue.
+  struct Notification {
+    let queue: Queue
+    let work: @Sendable () -> Void
+  }
   /// Everything that listens to the item, made on first use: an item that
   /// is only submitted (the common case) carries none of it.
   var listeners: Listeners?
@@ -58,6 +67,7 @@ struct WorkItemMachine: ~Copyable {
   struct Completion {
     let state: WorkItem.State
     let listeners: Listeners?
+    let notification: Notification?
     let group: OpaquePointer?
     /// The closure of a cancelled item, released only here, outside the lock.
     let body: (@Sendable () -> Void)?
@@ -72,6 +82,7 @@ struct WorkItemMachine: ~Copyable {
         for completion in listeners.completions { completion(state) }
         for waiter in listeners.waiters { waiter.continuation.resume(returning: state) }
       }
+      if let notification { notification.queue.async(notification.work) }
       if let group { Libdispatch.group_leave(group) }
     }
   }
@@ -79,7 +90,8 @@ struct WorkItemMachine: ~Copyable {
   /// Moves to `state`, handing out everything that waits for the end.
   private mutating func complete(_ state: WorkItem.State, body: (@Sendable () -> Void)?) -> Completion {
     phase = state
-    return Completion(state: state, listeners: listeners.take(), group: group, body: body)
+    return Completion(
+      state: state, listeners: listeners.take(), notification: notification.take(), group: group, body: body)
   }
 
   // MARK: Events
@@ -120,6 +132,24 @@ struct WorkItemMachine: ~Copyable {
     Libdispatch.group_enter(created)
     group = created
     return .wait(created)
+  }
+
+  enum NotifyAction {
+    case complete
+    case stored
+    case wait(OpaquePointer)
+  }
+
+  /// A `notify`: done already (submit it now), kept in the item's one
+  /// slot, or to be registered on the group.
+  mutating func addNotification(_ notification: Notification) -> NotifyAction {
+    if isComplete { return .complete }
+    if self.notification == nil && group == nil {
+      self.notification = notification
+      return .stored
+    }
+    guard case .wait(let group) = groupToWaitOn() else { return .complete }
+    return .wait(group)
   }
 
   /// A one-shot call on completion: registered, or false when the item is
