@@ -61,7 +61,7 @@ check)
   if cmp -s "$current" "$baseline"; then
     echo "api-check: the public API matches $baseline"
   else
-    echo "api-check: nothing public was removed or changed; the module has declarations $baseline lacks (run make api-baseline to guard them)"
+    echo "api-check: nothing public was removed or changed; the module's API dump differs from $baseline (new declarations, or moved ones): run make api-baseline to guard them"
   fi
   rm -f "$current"
   ;;
