@@ -5,9 +5,9 @@ SHELL := /bin/bash
 SWIFT ?= swift
 EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
-.PHONY: all build test examples lint format docs bench sanitize sanitize-thread sanitize-address clean
+.PHONY: all build test examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench sanitize sanitize-thread sanitize-address clean
 
-SYMBOL_GRAPHS := .build/symbol-graphs
+SYMBOL_GRAPHS := .build/docs/symbol-graphs
 DOCS_OUT := .build/documentation
 
 # The benchmark's C variant (Benchmarks/c/bench_c.c) is built with the
@@ -15,6 +15,11 @@ DOCS_OUT := .build/documentation
 # itself: <toolchain>/usr/bin/swift -> <toolchain>/usr.
 TOOLCHAIN_USR = $(shell dirname "$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")")
 BENCH_C_LIB ?= .build/bench/libbench_c.so
+# How the toolchain's tools (swift-symbolgraph-extract, swift-api-digester) load the debug build's
+# GCD.swiftmodule: its module folder, the CGCD module map SwiftPM generates, the toolchain's resources.
+DEBUG_BIN = $(shell $(SWIFT) build --show-bin-path)
+MODULE_SEARCH = -I "$(DEBUG_BIN)/Modules" -Xcc -fmodule-map-file="$(DEBUG_BIN)/CGCD.build/module.modulemap" \
+  -resource-dir "$(TOOLCHAIN_USR)/lib/swift" -target "$$($(SWIFT) -print-target-info | sed -n 's/.*"triple": "\(.*\)".*/\1/p' | head -1)"
 BENCH_ARGS ?=
 # Extra `swift run` options for bench, e.g. SWIFTPM_FLAGS="--scratch-path /tmp/build"
 SWIFTPM_FLAGS ?=
@@ -28,11 +33,15 @@ build:
 	  if grep -q "warning:" .build-log.txt; then echo "make build: warnings are errors here"; rm -f .build-log.txt; exit 1; fi; \
 	  rm -f .build-log.txt
 
-## test: docs/listings.md checked against the examples' code, the whole test
+## test: docs/listings.md, the DocC articles, the README and docs/ pages checked against the
+## examples' code (docs/listings.sh, docs/docc-listings.sh), the DocC tutorial's code files
+## compiled (docs/tutorial-check.sh), the whole test
 ## suite (Swift Testing), examples included, then one --quick run of the
 ## benchmark (debug build) so that it cannot rot
 test: build $(BENCH_C_LIB)
 	docs/listings.sh --check
+	docs/docc-listings.sh --check
+	docs/tutorial-check.sh
 	$(SWIFT) test --skip-build
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
 	@echo "GCDBenchmarks --quick: ok"
@@ -94,14 +103,62 @@ lint:
 format:
 	$(SWIFT) format format --in-place --recursive Package.swift Sources Tests Examples Benchmarks
 
-## docs: the DocC reference (with the toolchain's docc) in .build/documentation; warnings fail it
+## docs: the DocC site (with the toolchain's docc) in .build/documentation; warnings fail it, and so
+## does a public symbol or an article that no Topics group curates (scripts/docs-coverage.swift).
+## The symbol graphs are extracted from the debug build's GCD.swiftmodule every time, so a warm tree
+## builds the same site as a cold one (see docs/site.md).
 docs:
-	rm -rf $(SYMBOL_GRAPHS) && mkdir -p $(SYMBOL_GRAPHS)
-	$(SWIFT) build --target GCD -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc $(SYMBOL_GRAPHS)
-	docc convert Sources/GCD/GCD.docc --additional-symbol-graph-dir $(SYMBOL_GRAPHS) \
+	$(SWIFT) build --target GCD
+	rm -rf $(SYMBOL_GRAPHS) $(DOCS_OUT) && mkdir -p $(SYMBOL_GRAPHS)
+	"$(TOOLCHAIN_USR)/bin/swift-symbolgraph-extract" -module-name GCD $(MODULE_SEARCH) \
+	  -minimum-access-level public -emit-extension-block-symbols -skip-inherited-docs -output-dir $(SYMBOL_GRAPHS)
+	"$(TOOLCHAIN_USR)/bin/docc" convert Sources/GCD/GCD.docc --additional-symbol-graph-dir $(SYMBOL_GRAPHS) \
 	  --fallback-display-name GCD --fallback-bundle-identifier org.gcd.GCD \
 	  --transform-for-static-hosting --warnings-as-errors --output-path $(DOCS_OUT)
+	$(SWIFT) scripts/docs-coverage.swift $(SYMBOL_GRAPHS) Sources/GCD/GCD.docc $(DOCS_OUT)
 	@echo "documentation: $(DOCS_OUT)/documentation/gcd/index.html"
+
+## docs-twice: `make docs` on the tree as it is, then again on the now warm tree; both sites must
+## be the same, page for page (CI runs this)
+docs-twice:
+	$(MAKE) docs
+	rm -rf .build/documentation-first && cp -R $(DOCS_OUT) .build/documentation-first
+	$(MAKE) docs
+	$(SWIFT) scripts/docs-same.swift .build/documentation-first $(DOCS_OUT)
+
+## docs-links: the built site's render JSON: every page a Topics group or a link names exists, as
+## JSON and as HTML, and every example a page names exists (no browser; CI runs this)
+docs-links:
+	$(SWIFT) scripts/docs-links.swift $(DOCS_OUT) Examples
+
+## docs-selftest: proves the documentation checks can fail: each rejects a copy with one defect
+## made on purpose (scripts/docs-selftest.sh; CI runs this)
+docs-selftest:
+	scripts/docs-selftest.sh
+
+## docs-check: docs-twice, docs-links, docs-selftest, then the site opened as a reader would, in
+## headless Chromium (scripts/docs-check.sh installs Debian's chromium if it can, and says so when
+## it skips)
+docs-check: docs-twice docs-links docs-selftest
+	scripts/docs-check.sh $(DOCS_OUT)
+
+## static-examples: every example built in release mode with --static-swift-stdlib, checked to load
+## no toolchain library, and two of them run from outside the build (scripts/static-check.sh)
+static-examples:
+	scripts/static-check.sh
+
+## api-check: the public API against the checked-in baseline api/GCD.json (swift-api-digester):
+## fails when a public name disappears or a declaration changes type; then proves that it can fail
+## (scripts/api-check.sh self-test). See docs/api.md.
+api-check:
+	$(SWIFT) build --target GCD
+	scripts/api-check.sh check
+	scripts/api-check.sh self-test
+
+## api-baseline: records the public API as it is now in api/GCD.json (review the diff, commit it)
+api-baseline:
+	$(SWIFT) build --target GCD
+	scripts/api-check.sh baseline
 
 clean:
 	rm -rf .build

@@ -44,7 +44,7 @@ public struct Deadline: Hashable, Sendable {
     return Deadline(rawValue: Libdispatch.walltime(seconds: seconds, nanoseconds: nanoseconds))
   }
 
-  /// True for `forever`.
+  /// Whether this is `Deadline.forever`, the deadline that never passes.
   @inlinable
   public var isForever: Bool { rawValue == Libdispatch.timeForever }
 

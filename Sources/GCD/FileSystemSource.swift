@@ -16,12 +16,12 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
   /// The `dispatch_source_vnode_flags_t` bits.
   public let rawValue: UInt
 
-  /// The events with these bits.
+  /// Creates the event set whose bits are these `DISPATCH_VNODE_*` flags.
   ///
   /// - Parameter rawValue: `DISPATCH_VNODE_*` bits.
   public init(rawValue: UInt) { self.rawValue = rawValue }
 
-  /// Every flag.
+  /// Every event: delete, write, extend, attrib, link, rename and revoke.
   public static let all: FileSystemEvents = [.delete, .write, .extend, .attrib, .link, .rename, .revoke]
 
   /// The file was deleted (its last name removed). `DISPATCH_VNODE_DELETE`.

@@ -8,7 +8,7 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
   /// The `dispatch_source_proc_flags_t` bits.
   public let rawValue: UInt
 
-  /// The events with these bits.
+  /// Creates the event set whose bits are these `DISPATCH_PROC_*` flags.
   ///
   /// - Parameter rawValue: `DISPATCH_PROC_*` bits.
   public init(rawValue: UInt) { self.rawValue = rawValue }

@@ -115,7 +115,7 @@ public class Queue: DispatchObject, @unchecked Sendable {
   /// The C queue, borrowed.
   public final var unsafeObject: OpaquePointer { raw }
 
-  /// Creates a queue.
+  /// Creates a serial or concurrent queue with a label, and optionally a quality of service and a target.
   ///
   /// - Parameters:
   ///   - label: A name shown in crash reports, messages and `label`.

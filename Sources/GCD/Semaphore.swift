@@ -1,6 +1,6 @@
 import Synchronization
 
-/// A counting semaphore.
+/// A counting semaphore that limits how many tasks use a resource at once, safe to drop with its units taken.
 ///
 /// libdispatch traps when a semaphore is released while its count is below
 /// the value it was created with. This wrapper creates the C semaphore at 0

@@ -63,7 +63,7 @@ public final class TimerSource: Source, @unchecked Sendable {
   /// empty once the timer is cancelled).
   public var flags: Flags { Flags(rawValue: mask) }
 
-  /// Sets when the timer fires.
+  /// Sets when the timer first fires, how often it repeats, and how late it may fire.
   ///
   /// - Parameters:
   ///   - start: The first fire: `Deadline.now + …` counts on the monotonic
