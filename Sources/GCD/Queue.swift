@@ -287,6 +287,7 @@ extension Queue {
   ///
   /// The corresponding C function is `dispatch_sync` (this calls
   /// `dispatch_sync_f`, with no allocation).
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func sync<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
     try runAndWait(barrier: false, work)
@@ -296,6 +297,7 @@ extension Queue {
   /// same as the generic `sync`, without the result slot.
   ///
   /// The corresponding C function is `dispatch_sync`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func sync(_ work: () -> Void) {
     runAndWait(barrier: false, operation: "sync", work)
@@ -304,6 +306,7 @@ extension Queue {
   /// Runs a closure that returns nothing as a barrier and waits for it.
   ///
   /// The corresponding C function is `dispatch_barrier_sync`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func syncBarrier(_ work: () -> Void) {
     runAndWait(barrier: true, operation: "syncBarrier", work)
@@ -312,6 +315,7 @@ extension Queue {
   /// Runs a closure as a barrier on the queue and waits for it.
   ///
   /// The corresponding C function is `dispatch_barrier_sync`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func syncBarrier<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
     try runAndWait(barrier: true, work)
@@ -320,6 +324,7 @@ extension Queue {
   /// Runs a C function with its context on the queue and waits for it.
   ///
   /// The corresponding C function is `dispatch_sync_f`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func sync(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
@@ -331,6 +336,7 @@ extension Queue {
   /// Runs a C function with its context as a barrier and waits for it.
   ///
   /// The corresponding C function is `dispatch_barrier_sync_f`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func syncBarrier(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
@@ -352,6 +358,7 @@ extension Queue {
   ///
   /// The corresponding C function is `dispatch_async_and_wait` (this calls
   /// `dispatch_async_and_wait_f`, with no allocation).
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func asyncAndWait<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
     try runAsyncAndWait(barrier: false, work)
@@ -363,6 +370,7 @@ extension Queue {
   /// - Parameter work: The closure.
   ///
   /// The corresponding C function is `dispatch_barrier_async_and_wait`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func asyncAndWaitBarrier<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
     try runAsyncAndWait(barrier: true, work)
@@ -461,6 +469,7 @@ extension Queue {
   /// stops with a message instead.
   ///
   /// The corresponding C function is `dispatch_apply` (through `dispatch_apply_f`).
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func apply(_ iterations: Int, _ body: @Sendable (Int) -> Void) {
     Swift.precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
@@ -471,6 +480,7 @@ extension Queue {
   /// Calls a C function `iterations` times with the context and the index.
   ///
   /// The corresponding C function is `dispatch_apply_f`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
   @inlinable
   public func apply(
     _ iterations: Int, context: UnsafeMutableRawPointer?,

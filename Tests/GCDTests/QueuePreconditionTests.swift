@@ -74,7 +74,7 @@ struct QueuePreconditionTests {
   func notOnQueueFails() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "pre.present")
-      queue.sync { Queue.precondition(.notOnQueue(queue)) }
+      blocking { queue.sync { Queue.precondition(.notOnQueue(queue)) } }
     }
     #expect(standardError(of: result).contains("Queue.precondition(.notOnQueue) failed"))
     #expect(standardError(of: result).contains("queue 'pre.present'"))
@@ -84,7 +84,7 @@ struct QueuePreconditionTests {
   func barrierFails() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "pre.nobarrier", kind: .concurrent)
-      queue.sync { Queue.precondition(.onQueueAsBarrier(queue)) }
+      blocking { queue.sync { Queue.precondition(.onQueueAsBarrier(queue)) } }
     }
     #expect(standardError(of: result).contains("Queue.precondition(.onQueueAsBarrier) failed"))
     #expect(standardError(of: result).contains("queue 'pre.nobarrier', but not as a barrier"))

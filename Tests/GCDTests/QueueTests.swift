@@ -774,7 +774,7 @@ extension QueueTests {
       let second = Queue(label: "created.second")
       let queue = Queue(label: "created.with.target", target: first)
       queue.setTarget(second)
-      if !queue.sync({ second.isCurrent }) { exit(2) }
+      if !blocking({ queue.sync { second.isCurrent } }) { exit(2) }
     }
   }
 
@@ -978,7 +978,7 @@ extension QueueTests {
   @Test("apply with a negative iteration count stops the process (with a message in debug builds)")
   func applyNegative() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      Queue(label: "apply.negative").apply(-1) { _ in }
+      blocking { Queue(label: "apply.negative").apply(-1) { _ in } }
     }
     // `precondition` messages are compiled out of optimized builds.
     #if DEBUG

@@ -188,7 +188,7 @@ struct ReentrancyTests {
   func syncDirect() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "reentrant.direct")
-      queue.sync { queue.sync {} }
+      blocking { queue.sync { queue.sync {} } }
     }
     let text = standardError(of: result)
     #expect(text.contains("Queue 'reentrant.direct'.sync would deadlock"))
@@ -208,7 +208,7 @@ struct ReentrancyTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let outer = Queue(label: "reentrant.outer")
       let middle = Queue(label: "reentrant.middle", kind: .concurrent)
-      outer.sync { middle.sync { outer.sync {} } }
+      blocking { outer.sync { middle.sync { outer.sync {} } } }
     }
     #expect(standardError(of: result).contains("Queue 'reentrant.outer'.sync would deadlock"))
   }
@@ -218,7 +218,7 @@ struct ReentrancyTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let target = Queue(label: "reentrant.target")
       let queue = Queue(label: "reentrant.targeting", target: target)
-      queue.sync { target.sync {} }
+      blocking { queue.sync { target.sync {} } }
     }
     #expect(standardError(of: result).contains("Queue 'reentrant.target'.sync would deadlock"))
   }
@@ -228,7 +228,7 @@ struct ReentrancyTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let target = Queue(label: "through.target")
       let queue = Queue(label: "through.queue", kind: .concurrent, target: target)
-      target.sync { queue.sync {} }
+      blocking { target.sync { queue.sync {} } }
     }
     let text = standardError(of: result)
     #expect(text.contains("Queue 'through.queue'.sync would deadlock"))
@@ -239,7 +239,7 @@ struct ReentrancyTests {
   func syncBarrierFromInside() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "reentrant.barrier", kind: .concurrent)
-      queue.sync { queue.syncBarrier {} }
+      blocking { queue.sync { queue.syncBarrier {} } }
     }
     #expect(standardError(of: result).contains("Queue 'reentrant.barrier'.syncBarrier would deadlock"))
   }
@@ -248,7 +248,7 @@ struct ReentrancyTests {
   func syncFromInsideBarrier() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "reentrant.in.barrier", kind: .concurrent)
-      queue.syncBarrier { queue.sync {} }
+      blocking { queue.syncBarrier { queue.sync {} } }
     }
     #expect(standardError(of: result).contains("Queue 'reentrant.in.barrier'.sync would deadlock"))
   }
@@ -257,7 +257,7 @@ struct ReentrancyTests {
   func applyOntoCurrentSerial() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "reentrant.apply")
-      queue.sync { queue.apply(2) { _ in } }
+      blocking { queue.sync { queue.apply(2) { _ in } } }
     }
     #expect(standardError(of: result).contains("Queue 'reentrant.apply'.apply would deadlock"))
   }
@@ -266,7 +266,7 @@ struct ReentrancyTests {
   func syncFunctionReentrant() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "reentrant.function")
-      queue.sync { queue.sync(context: nil, function: doNothing) }
+      blocking { queue.sync { queue.sync(context: nil, function: doNothing) } }
     }
     #expect(standardError(of: result).contains("Queue 'reentrant.function'.sync would deadlock"))
   }
@@ -276,7 +276,7 @@ struct ReentrancyTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let serial = Queue(label: "reentrant.apply.caller")
       let concurrent = Queue(label: "reentrant.apply.workers", kind: .concurrent)
-      serial.sync { concurrent.apply(4) { _ in serial.sync {} } }
+      blocking { serial.sync { concurrent.apply(4) { _ in serial.sync {} } } }
     }
     #expect(standardError(of: result).contains("Queue 'reentrant.apply.caller'.sync would deadlock"))
   }

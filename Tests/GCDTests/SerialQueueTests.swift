@@ -80,7 +80,7 @@ struct SerialQueueTests {
     #expect(await eventually { done.isSignaled })
     #expect(seen.withLock { $0 } == 1)
     #expect(queue.isIsolatingCurrentContext() == false)
-    let inside = queue.sync { queue.isIsolatingCurrentContext() }
+    let inside = blocking { queue.sync { queue.isIsolatingCurrentContext() } }
     #expect(inside == true)
   }
 

@@ -619,7 +619,7 @@ struct WorkItemTests {
   func asyncAndWaitReentrant() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       let queue = Queue(label: "workitem.reentrant")
-      queue.sync { queue.asyncAndWait {} }
+      blocking { queue.sync { queue.asyncAndWait {} } }
     }
     let text = standardError(of: result)
     #expect(text.contains("Queue 'workitem.reentrant'.asyncAndWait would deadlock"), "\(text)")
