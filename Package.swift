@@ -1,16 +1,40 @@
 // swift-tools-version:6.0
-import Foundation
 import PackageDescription
 
-/// One executable per documented listing (shared/LISTINGS.md): each folder `Examples/<Name>` that holds
-/// a `main.swift` is the target `Example<Name>`, run with `swift run Example<Name>`. SwiftPM caches
-/// the evaluated manifest by its text, so after adding or removing a folder run
-/// `swift package purge-cache` once. (Where the folder cannot be listed, as for a package evaluated
-/// away from its checkout, there are no examples: the library does not need them.)
-let examplesPath = Context.packageDirectory + "/Examples"
-let examples = ((try? FileManager.default.contentsOfDirectory(atPath: examplesPath)) ?? [])
-  .filter { FileManager.default.fileExists(atPath: "\(examplesPath)/\($0)/main.swift") }
-  .sorted()
+/// One executable target per folder `Examples/<Name>` (its `main.swift`), run with
+/// `swift run Example<Name>`: the documented listings (shared/LISTINGS.md) and the features' examples.
+/// Listed by name, not found by listing the folder: SwiftPM caches the evaluated manifest by its
+/// text, so a folder found at evaluation time would silently stay missing after it is added.
+/// `ExamplesTests.everyFolderIsATarget` fails when a folder and this list differ.
+let examples: [String] = [
+  "ExampleActorQueue",
+  "ExampleAfter",
+  "ExampleAsyncSync",
+  "ExampleBuildPipeline",
+  "ExampleCompletionBlock",
+  "ExampleConcurrentLoop",
+  "ExampleDataAdd",
+  "ExampleFileWatcher",
+  "ExampleFunctionHandlers",
+  "ExampleGracefulShutdown",
+  "ExampleGroupWait",
+  "ExampleMainActorThread",
+  "ExampleMainQueue",
+  "ExampleMonitorParent",
+  "ExampleMonitorRename",
+  "ExampleProgress",
+  "ExampleQueueFinalizer",
+  "ExampleReadFile",
+  "ExampleRemoveSource",
+  "ExampleSemaphore",
+  "ExampleSignal",
+  "ExampleSupervisor",
+  "ExampleSuspendResume",
+  "ExampleTargetQueue",
+  "ExampleTimer",
+  "ExampleTour",
+  "ExampleWriteFile",
+]
 
 let package = Package(
   name: "GCD",
@@ -25,6 +49,8 @@ let package = Package(
     // Makefile) and against the toolchain's `Dispatch`. See docs/performance.md.
     .executableTarget(name: "GCDBenchmarks", dependencies: ["GCD"], path: "Benchmarks/GCDBenchmarks"),
   ]
-    + examples.map { .executableTarget(name: "Example\($0)", dependencies: ["GCD"], path: "Examples/\($0)") },
+    + examples.map {
+      .executableTarget(name: $0, dependencies: ["GCD"], path: "Examples/\($0.dropFirst("Example".count))")
+    },
   swiftLanguageModes: [.v6]
 )

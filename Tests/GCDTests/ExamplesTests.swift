@@ -11,6 +11,34 @@ import Testing
 /// timings. The examples print what they observe; the verdicts are made here.
 @Suite(.serialized)
 struct ExamplesTests {
+  /// Package.swift lists the example targets by name (SwiftPM caches a manifest by its text, so a
+  /// folder it found by listing `Examples/` would stay missing after it is added): this keeps the list
+  /// and the folders equal, both ways.
+  @Test("every folder Examples/<Name> with a main.swift is built as the executable Example<Name>, and no other")
+  func everyFolderIsATarget() throws {
+    let root = "\(#filePath)".split(separator: "/").dropLast(3).joined(separator: "/")
+    let examples = "/" + root + "/Examples"
+    let directory = try #require(opendir(examples), "cannot list \(examples)")
+    defer { closedir(directory) }
+    var folders: [String] = []
+    while let entry = readdir(directory) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+      if access("\(examples)/\(name)/main.swift", F_OK) == 0 { folders.append(name) }
+    }
+    #expect(folders.count >= 20)
+    for name in folders.sorted() {
+      #expect(
+        examplePath("Example\(name)") != nil, "Examples/\(name) is not built: add \"Example\(name)\" to Package.swift")
+    }
+    let manifest = String(decoding: contentsOfFile("/" + root + "/Package.swift"), as: UTF8.self)
+    let listed = manifest.split(separator: "\n").compactMap { line -> String? in
+      let text = line.drop { $0 == " " }
+      guard text.hasPrefix("\"Example"), text.hasSuffix("\",") else { return nil }
+      return String(text.dropFirst("\"Example".count).dropLast(2))
+    }
+    #expect(listed.sorted() == folders.sorted(), "Package.swift's examples and the folders differ")
+  }
+
   @Test func queueFinalizer() async throws {
     let run = try await ExampleRun("QueueFinalizer")
     // Each task reads the context set through the queue; the finalizer runs once, after all of them

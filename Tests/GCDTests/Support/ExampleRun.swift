@@ -102,7 +102,7 @@ private func testExecutablePath() -> String {
 
 /// The path of the example executable `name` in the build products folder: the test executable's folder
 /// or one above it (a test bundle may sit inside the products folder).
-private func examplePath(_ name: String) -> String? {
+func examplePath(_ name: String) -> String? {
   var directory = testExecutablePath()
   while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
     directory = String(directory[..<slash])
