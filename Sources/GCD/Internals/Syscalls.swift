@@ -197,3 +197,15 @@ func system_malloc(_ size: Int) -> UnsafeMutableRawPointer {
 /// `free(memory)`.
 @inlinable
 func system_free(_ memory: UnsafeMutableRawPointer) { free(memory) }
+
+/// `memcpy(destination, source, count)`.
+@inlinable
+func system_memcpy(_ destination: UnsafeMutableRawPointer, _ source: UnsafeRawPointer, _ count: Int) {
+  memcpy(destination, source, count)
+}
+
+/// `memcmp(first, second, count) == 0`.
+@inlinable
+func system_memequal(_ first: UnsafeRawPointer, _ second: UnsafeRawPointer, _ count: Int) -> Bool {
+  memcmp(first, second, count) == 0
+}
