@@ -289,7 +289,8 @@ public struct DispatchBuffer: Sendable {
       range.lowerBound >= 0 && range.upperBound <= total,
       "GCD: DispatchBuffer.copyBytes(from: \(range)): out of bounds for \(total) bytes")
     guard let target = destination.baseAddress else { return 0 }
-    var copy = Copy(target: target, start: range.lowerBound, end: range.lowerBound + Swift.min(range.count, destination.count))
+    var copy = Copy(
+      target: target, start: range.lowerBound, end: range.lowerBound + Swift.min(range.count, destination.count))
     guard copy.end > copy.start else { return 0 }
     withUnsafeMutablePointer(to: &copy) { copy in
       _ = Libdispatch.data_apply_f(storage.raw, copy) { context, _, offset, buffer, size in

@@ -67,7 +67,9 @@ struct DispatchBufferTests {
     #expect(Array(buffer) == [UInt8](repeating: 7, count: 16))
   }
 
-  @Test("bytesNoCopy with a custom deallocator: no copy, and the deallocator runs once, on its queue, after the last copy is gone")
+  @Test(
+    "bytesNoCopy with a custom deallocator: no copy, and the deallocator runs once, on its queue, after the last copy is gone"
+  )
   func noCopyCustom() {
     let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 1)
     memory.initializeMemory(as: UInt8.self, repeating: 5)

@@ -183,8 +183,6 @@ extern bool cgcd_data_apply_f(void *data, void *_Nullable context, cgcd_data_app
 typedef void (*cgcd_io_handler_t)(void *_Nullable context, bool done, void *_Nullable data, int error);
 /// The cleanup function of the `_f` channel constructors.
 typedef void (*cgcd_io_cleanup_t)(void *_Nullable context, int error);
-/// The handler of `dispatch_read_f` / `dispatch_write_f`.
-typedef void (*cgcd_fd_handler_t)(void *_Nullable context, void *_Nullable data, int error);
 /// `dispatch_function_t`.
 typedef void (*cgcd_function_t)(void *_Nullable context);
 
@@ -201,10 +199,6 @@ extern void cgcd_io_write_f(void *channel, long offset, void *data, void *queue,
                             cgcd_io_handler_t handler) __asm__("dispatch_io_write_f");
 extern void cgcd_io_barrier_f(void *channel, void *_Nullable context, cgcd_function_t barrier)
     __asm__("dispatch_io_barrier_f");
-extern void cgcd_read_f(int fd, size_t length, void *queue, void *_Nullable context, cgcd_fd_handler_t handler)
-    __asm__("dispatch_read_f");
-extern void cgcd_write_f(int fd, void *data, void *queue, void *_Nullable context, cgcd_fd_handler_t handler)
-    __asm__("dispatch_write_f");
 
 #pragma clang assume_nonnull end
 

@@ -224,13 +224,11 @@ enum Libdispatch {
 // MARK: - Data and I/O channels
 
 extension Libdispatch {
-  /// `dispatch_data_applier_function_t`, `dispatch_io_handler_function_t`,
-  /// the cleanup of the `_f` channel constructors and the handler of
-  /// `dispatch_read_f` / `dispatch_write_f` (declared through CGCD).
+  /// `dispatch_data_applier_function_t`, `dispatch_io_handler_function_t`
+  /// and the cleanup of the `_f` channel constructors (declared through CGCD).
   @usableFromInline typealias DataApplier = cgcd_data_applier_t
   @usableFromInline typealias IOHandler = cgcd_io_handler_t
   @usableFromInline typealias IOCleanup = cgcd_io_cleanup_t
-  @usableFromInline typealias FDHandler = cgcd_fd_handler_t
 
   /// `DISPATCH_IO_STREAM`, `DISPATCH_IO_RANDOM`, `DISPATCH_IO_STOP`, `DISPATCH_IO_STRICT_INTERVAL`.
   static let ioStream: UInt = UInt(DISPATCH_IO_STREAM)
@@ -268,7 +266,9 @@ extension Libdispatch {
   ) -> OpaquePointer {
     dispatch_data_create_map(data, buffer, size)
   }
-  @inlinable static func data_apply_f(_ data: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ applier: DataApplier)
+  @inlinable static func data_apply_f(
+    _ data: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ applier: DataApplier
+  )
     -> Bool
   {
     cgcd_data_apply_f(UnsafeMutableRawPointer(data), context, applier)
@@ -316,17 +316,5 @@ extension Libdispatch {
   static func io_set_high_water(_ channel: OpaquePointer, _ value: Int) { dispatch_io_set_high_water(channel, value) }
   static func io_set_interval(_ channel: OpaquePointer, _ interval: UInt64, _ flags: UInt) {
     dispatch_io_set_interval(channel, interval, flags)
-  }
-  static func read_f(
-    _ descriptor: Int32, _ length: Int, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,
-    _ handler: FDHandler
-  ) {
-    cgcd_read_f(descriptor, length, UnsafeMutableRawPointer(queue), context, handler)
-  }
-  static func write_f(
-    _ descriptor: Int32, _ data: OpaquePointer, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,
-    _ handler: FDHandler
-  ) {
-    cgcd_write_f(descriptor, UnsafeMutableRawPointer(data), UnsafeMutableRawPointer(queue), context, handler)
   }
 }
