@@ -24,6 +24,8 @@ let examples: [String] = [
   "ExampleProgress",
   "ExampleMonitorParent",
   "ExampleMonitorRename",
+  "ExampleCat",
+  "ExampleEchoServer",
 ]
 
 let package = Package(

@@ -764,3 +764,129 @@ private func reuseNumberAfterErrorCleanup() -> Never {
   childCheck(error == 0 && bytes == [1, 2, 3], "file read: error \(error), bytes \(bytes)")
   endChild("ok")
 }
+
+// MARK: - The I/O examples
+
+@Suite("IOChannel examples", .timeLimit(.minutes(2)))
+struct IOChannelExampleTests {
+  @Test("ExampleCat copies a 3 MB binary file to its standard output byte for byte and reports the count")
+  func cat() async throws {
+    let contents = patternBytes(3_000_000)
+    let file = temporaryFile(containing: contents)
+    defer { unlink(file) }
+    let run = try await ExampleProcess.run("ExampleCat", [file])
+    #expect(run.status == 0, "\(run.errorText)")
+    #expect(run.output == contents)
+    #expect(run.errorText.contains("copied 3000000 bytes"), "\(run.errorText)")
+  }
+
+  @Test("ExampleCat without an argument copies its own 1,000-line input; a missing file is a clear error")
+  func catDefaultAndMissing() async throws {
+    let run = try await ExampleProcess.run("ExampleCat", [])
+    #expect(run.status == 0, "\(run.errorText)")
+    let text = String(decoding: run.output, as: UTF8.self)
+    #expect(text.split(separator: "\n").count == 1000)
+    #expect(text.hasPrefix("line 1 of the default input\n"))
+    let missing = try await ExampleProcess.run("ExampleCat", ["/tmp/GCDTests-no-such-file"])
+    #expect(missing.status == 1)
+    #expect(missing.errorText.contains("ENOENT"), "\(missing.errorText)")
+  }
+
+  @Test("ExampleEchoServer echoes every line of 8 real loopback clients intact and shuts down by itself")
+  func echoServer() async throws {
+    let run = try await ExampleProcess.run("ExampleEchoServer", ["8", "300"])
+    let text = String(decoding: run.output, as: UTF8.self)
+    #expect(run.status == 0, "\(text)\(run.errorText)")
+    #expect(text.contains("listening on 127.0.0.1:"))
+    #expect(text.contains("served 8 connections, echoed 2400 lines"), "\(text)")
+    #expect(text.contains("2400 of 2400 lines came back intact"), "\(text)")
+    #expect(text.hasSuffix("shut down\n"), "\(text)")
+  }
+
+  @Test("ExampleEchoServer with no clients serves until SIGTERM, then shuts down gracefully")
+  func echoServerSignal() async throws {
+    let run = try await ExampleProcess.run("ExampleEchoServer", ["0"], signalWhen: "serving until SIGINT or SIGTERM")
+    let text = String(decoding: run.output, as: UTF8.self)
+    #expect(run.status == 0, "\(text)\(run.errorText)")
+    #expect(text.contains("served 0 connections"), "\(text)")
+    #expect(text.hasSuffix("shut down\n"), "\(text)")
+  }
+}
+
+/// Runs an example executable (built next to the test bundle) with its
+/// standard output and error captured apart, killing it after a generous timeout.
+private struct ExampleProcess {
+  var status: Int32
+  var output: [UInt8]
+  var errorText: String
+
+  /// Runs `name`; with `signalWhen`, sends SIGTERM once its standard output contains that text.
+  static func run(_ name: String, _ arguments: [String], signalWhen: String? = nil) async throws -> ExampleProcess {
+    let executable = try #require(examplePath(name), "\(name) is not built next to the test bundle")
+    let outputFile = temporaryFile(containing: [])
+    let errorFile = temporaryFile(containing: [])
+    defer {
+      unlink(outputFile)
+      unlink(errorFile)
+    }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, outputFile, O_WRONLY | O_TRUNC, 0)
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, errorFile, O_WRONLY | O_TRUNC, 0)
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
+    // The child starts with no signal blocked and SIGTERM at its default,
+    // whatever the test runner's thread has.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    sigaddset(&defaults, SIGTERM)
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
+    try #require(spawned == 0, "posix_spawn(\(executable)): errno \(spawned)")
+    let deadline = ContinuousClock.now + .seconds(60)
+    var rawStatus: Int32 = 0
+    var signalled = false
+    while waitpid(pid, &rawStatus, WNOHANG) != pid {
+      if let signalWhen, !signalled,
+        String(decoding: contentsOfFile(outputFile), as: UTF8.self).contains(signalWhen)
+      {
+        kill(pid, SIGTERM)
+        signalled = true
+      }
+      if ContinuousClock.now >= deadline {
+        kill(pid, SIGKILL)
+        _ = waitpid(pid, &rawStatus, 0)
+        Issue.record("\(name) did not exit within 60 s and was killed")
+        break
+      }
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    let signal = rawStatus & 0x7f
+    return ExampleProcess(
+      status: signal == 0 ? (rawStatus >> 8) & 0xff : -signal, output: contentsOfFile(outputFile),
+      errorText: String(decoding: contentsOfFile(errorFile), as: UTF8.self))
+  }
+
+  /// The example executable in the test bundle's folder or one above it.
+  private static func examplePath(_ name: String) -> String? {
+    var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+    let length = buffer.withUnsafeMutableBytes { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
+    guard length > 0 else { return nil }
+    var directory = String(decoding: buffer[..<length], as: UTF8.self)
+    while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
+      directory = String(directory[..<slash])
+      if access("\(directory)/\(name)", X_OK) == 0 { return "\(directory)/\(name)" }
+    }
+    return nil
+  }
+}

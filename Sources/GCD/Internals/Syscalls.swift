@@ -191,6 +191,8 @@ enum Errno {
   static let illegalSeek = ESPIPE
   /// `EBUSY`
   static let resourceBusy = EBUSY
+  /// `ECONNRESET`
+  static let connectionReset = ECONNRESET
 
   /// The C names of the values above, for messages ("ESRCH").
   static let names: [Int32: String] = [
