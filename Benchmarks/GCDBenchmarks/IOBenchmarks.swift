@@ -17,7 +17,7 @@ private let mebibyte = 1 << 20
 func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
   func pipeCopy(_ name: String, _ title: String, lowWater: Int) -> Benchmark {
     Benchmark(
-      name: name, title: title, unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
+      name: name, title: title, unit: "ns/MiB", count: 256, quickCount: 2, repeats: 5,
       runners: [
         .c: c.runner("io_pipe", input: [Double(lowWater)]), .gcd: .run { gcdPipeCopy($0, lowWater: lowWater) },
         .dispatch: .run { dispatchPipeCopy($0, lowWater: lowWater) },
@@ -27,6 +27,9 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
     pipeCopy(
       "io_pipe", "copy 256 MiB through a pipe, two stream channels, low water 1 (the package's default)",
       lowWater: 1),
+    pipeCopy(
+      "io_pipe_64k", "copy 256 MiB through a pipe, two stream channels, low water 64 KiB (one pipe buffer)",
+      lowWater: 64 * 1024),
     pipeCopy(
       "io_pipe_1mib", "copy 256 MiB through a pipe, two stream channels, low water 1 MiB (libdispatch's default)",
       lowWater: mebibyte),
@@ -39,7 +42,7 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
       ]),
     Benchmark(
       name: "data_concat", title: "concatenate 1,000 buffers of 64 bytes, then walk the 1,000 regions",
-      count: 2_000, quickCount: 2,
+      count: 200, quickCount: 2, repeats: 5,
       runners: [.c: c.runner("data_concat"), .gcd: .run(gcdConcat), .dispatch: .run(dispatchConcat)]),
     Benchmark(
       name: "data_copy", title: "copy a 1,000-region buffer (64,000 bytes) out into contiguous memory",
