@@ -126,7 +126,8 @@ extension IOChannel {
   /// a slow consumer holds at most that much in memory (lower the
   /// channel's high-water mark to make each delivery smaller). Leaving the
   /// loop early — `break`, a thrown error, a cancelled task — stops the
-  /// channel (``close(stop:)``).
+  /// channel (``close(stop:)``); after the end of file the channel stays
+  /// open, for example to write an answer on a half-closed socket.
   ///
   /// - Parameter maximumLength: The most bytes per chunk.
   /// - Returns: A sequence of non-empty buffers.
@@ -144,20 +145,19 @@ extension IOChannel {
     /// Reads the chunks; dropping it before the end stops the channel.
     public struct AsyncIterator: AsyncIteratorProtocol {
       let owner: StopOnRelease
-      var finished = false
 
       /// The next chunk, or nil at end of file.
       public mutating func next() async throws -> DispatchBuffer? {
-        if finished { return nil }
+        if owner.finished.load(ordering: .acquiring) { return nil }
         do {
           let chunk = try await owner.channel.read(upTo: owner.maximumLength)
           if chunk.isEmpty {
-            finished = true
+            owner.finished.store(true, ordering: .releasing)
             return nil
           }
           return chunk
         } catch {
-          finished = true
+          owner.finished.store(true, ordering: .releasing)
           throw error
         }
       }
@@ -169,14 +169,16 @@ extension IOChannel {
     }
   }
 
-  /// Stops the channel when the last copy of an iterator is gone.
+  /// Stops the channel when the last copy of an iterator is gone before
+  /// the end (end of file or an error), so that no read is left waiting.
   final class StopOnRelease: Sendable {
     let channel: IOChannel
     let maximumLength: Int
+    let finished = Atomic(false)
     init(channel: IOChannel, maximumLength: Int) {
       self.channel = channel
       self.maximumLength = max(maximumLength, 1)
     }
-    deinit { channel.close(stop: true) }
+    deinit { if !finished.load(ordering: .acquiring) { channel.close(stop: true) } }
   }
 }

@@ -657,6 +657,24 @@ struct IOChannelTests {
     #expect(!isHeld(file))
   }
 
+  @Test(
+    "after chunks() reaches end of file the channel stays open: an answer can still be written on the half-closed socket"
+  )
+  func chunksEndKeepsChannel() async throws {
+    let (client, server) = tcpPair()
+    defer { close(client) }
+    let channel = IOChannel(fileDescriptor: server, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    write(client, [1, 2, 3])
+    shutdown(client, Int32(SHUT_WR))
+    var total = 0
+    for try await chunk in channel.chunks() { total += chunk.count }
+    #expect(total == 3)
+    try await channel.write([9, 8])
+    var answer = [UInt8](repeating: 0, count: 2)
+    #expect(recv(client, &answer, 2, Int32(MSG_WAITALL)) == 2)
+    #expect(answer == [9, 8])
+  }
+
   @Test("breaking out of chunks() stops the channel although the writer stays open; each chunk respects the maximum")
   func chunksBreak() async throws {
     let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
