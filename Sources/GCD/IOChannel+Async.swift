@@ -26,17 +26,21 @@ extension IOChannel {
       throw GCDError(operation: "IOChannel.read(upTo: \(maximumLength))", errno: Errno.invalidArgument)
     }
     let reader = self.reader
-    do {
-      return try await withTaskCancellationHandler {
-        try await withCheckedThrowingContinuation { continuation in
-          let action = reader.state.withLock { $0.read(upTo: maximumLength, continuation) }
-          perform(action, reader)
-          // A cancellation that came before the wait was registered found no waiter.
-          if Task.isCancelled { perform(reader.state.withLock { $0.cancel() }, reader) }
-        }
-      } onCancel: {
-        perform(reader.state.withLock { $0.cancel() }, reader)
+    var busy = false
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { continuation in
+        let action = reader.state.withLock { $0.read(upTo: maximumLength, continuation) }
+        if case .busy = action { busy = true }
+        perform(action, reader)
+        // A cancellation that came before the wait was registered found no waiter.
+        if Task.isCancelled { perform(reader.state.withLock { $0.cancel() }, reader) }
       }
+    } onCancel: {
+      perform(reader.state.withLock { $0.cancel() }, reader)
+    }
+    do {
+      if busy { throw ReadFailure.errno(Errno.resourceBusy) }
+      return try reader.state.withLock { $0.takeHandoff() }.get()
     } catch let failure as ReadFailure {
       switch failure {
       case .cancelled: throw CancellationError()
@@ -52,22 +56,20 @@ extension IOChannel {
   private func perform(_ action: ReadStateMachine.Action, _ reader: ChannelReader) {
     switch action {
     case .none: break
-    case .resume(let continuation, let outcome): continuation.resume(with: outcome.mapError { $0 })
+    case .wake(let continuation), .busy(let continuation): continuation.resume()
     case .stop: close(stop: true)
     case .read(let offset, let length):
       guard let raw else {
         let (resume, _) = reader.state.withLock { $0.delivered(done: true, data: nil, error: failure) }
-        if case .resume(let continuation, let outcome) = resume { continuation.resume(with: outcome.mapError { $0 }) }
+        perform(resume, reader)
         return
       }
       Libdispatch.io_read_f(
-        raw, offset, length, Queue.global().raw,
+        raw, offset, length, reader.queue.raw,
         Unmanaged.passRetained(
           HandlerBox { [weak self] done, data, error in
             let (resume, next) = reader.state.withLock { $0.delivered(done: done, data: data, error: error) }
-            if case .resume(let continuation, let outcome) = resume {
-              continuation.resume(with: outcome.mapError { $0 })
-            }
+            if case .wake(let continuation) = resume { continuation.resume() }
             if case .read = next {
               // A caller is still waiting after a complete read: read on. The
               // channel is alive (a waiter holds it) unless it was dropped.
@@ -81,7 +83,7 @@ extension IOChannel {
   /// The channel was dropped while a reader waited for more: end that wait.
   private static func failDropped(_ reader: ChannelReader) {
     let (resume, _) = reader.state.withLock { $0.delivered(done: true, data: nil, error: Errno.canceled) }
-    if case .resume(let continuation, let outcome) = resume { continuation.resume(with: outcome.mapError { $0 }) }
+    if case .wake(let continuation) = resume { continuation.resume() }
   }
 
   /// Writes `data` and returns once all of it is written.

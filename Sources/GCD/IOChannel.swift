@@ -385,7 +385,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       let (data, error) = outcome.withLock { $0 }
       handler(data, error)
     }
-    channel.read(length: length, queue: queue) { done, data, error in
+    // The deliveries are gathered on a serial queue (on a concurrent `queue`
+    // they could run out of order); `handler` runs on `queue`, from the cleanup.
+    channel.read(length: length, queue: Queue(label: "GCD.IOChannel.read(fileDescriptor:)")) { done, data, error in
       outcome.withLock {
         if let data { $0.0.append(data) }
         if done { $0.1 = error }

@@ -6,11 +6,17 @@ import Synchronization
 /// In the style of swift-async-algorithms: the state machine below runs
 /// under the lock and returns an action; continuations are resumed outside
 /// the lock; task cancellation enters as an event; each waiter is resumed
-/// exactly once.
+/// exactly once. The outcome itself is handed over through the state (the
+/// woken task takes it under the lock), so every buffer crosses threads
+/// under the Mutex.
 final class ChannelReader: Sendable {
   /// The descriptor the channel was created over (for `IOChannel(channel:)`'s cleanup).
   let descriptor: Int32
   let state = Mutex(ReadStateMachine())
+  /// Where the C reads' handlers run: serial, because libdispatch submits
+  /// each delivery separately and a concurrent queue could run them out of
+  /// order (bytes swapped, or the final `done` before the last bytes).
+  let queue = Queue(label: "GCD.IOChannel.read(upTo:)")
 
   init(descriptor: Int32) { self.descriptor = descriptor }
 }
@@ -27,7 +33,7 @@ enum ReadFailure: Error {
 }
 
 struct ReadStateMachine: ~Copyable {
-  typealias Continuation = CheckedContinuation<DispatchBuffer, any Error>
+  typealias Continuation = CheckedContinuation<Void, Never>
 
   /// Delivered bytes no caller has taken yet.
   private var pending = DispatchBuffer()
@@ -43,12 +49,16 @@ struct ReadStateMachine: ~Copyable {
   /// The task cancelled while waiting (the error that follows is its cancellation).
   private var cancelled = false
   private var waiter: (continuation: Continuation, limit: Int)?
+  /// The outcome for the waiter just woken, until it takes it.
+  private var handoff: ReadOutcome?
 
   /// What the caller of an event must do once the lock is released.
   enum Action {
     case none
-    /// Resume the continuation with the outcome.
-    case resume(Continuation, ReadOutcome)
+    /// Resume the continuation: its outcome is in the hand-off slot.
+    case wake(Continuation)
+    /// Resume the continuation: another read is waiting (`EBUSY`), nothing is handed over.
+    case busy(Continuation)
     /// Start a C read of `length` bytes at `offset`.
     case read(offset: Int, length: Int)
     /// Stop the channel (a waiting task was cancelled).
@@ -57,12 +67,23 @@ struct ReadStateMachine: ~Copyable {
 
   /// A task asks for up to `limit` bytes.
   mutating func read(upTo limit: Int, _ continuation: Continuation) -> Action {
-    if waiter != nil { return .resume(continuation, .failure(.errno(Errno.resourceBusy))) }
-    if !pending.isEmpty { return .resume(continuation, .success(take(limit))) }
-    if let ended { return .resume(continuation, outcome(ended)) }
-    if limit == 0 { return .resume(continuation, .success(DispatchBuffer())) }
+    if waiter != nil || handoff != nil { return .busy(continuation) }
+    if !pending.isEmpty { return hand(.success(take(limit)), to: continuation) }
+    if let ended { return hand(outcome(ended), to: continuation) }
+    if limit == 0 { return hand(.success(DispatchBuffer()), to: continuation) }
     waiter = (continuation, limit)
     return outstanding ? .none : start(limit)
+  }
+
+  /// The woken task takes its outcome.
+  mutating func takeHandoff() -> ReadOutcome {
+    defer { handoff = nil }
+    return handoff ?? .failure(.errno(Errno.resourceBusy))
+  }
+
+  private mutating func hand(_ outcome: ReadOutcome, to continuation: Continuation) -> Action {
+    handoff = outcome
+    return .wake(continuation)
   }
 
   /// The C read delivered bytes, ended, or both.
@@ -73,7 +94,7 @@ struct ReadStateMachine: ~Copyable {
       pending.append(data)
       if let (continuation, limit) = waiter {
         waiter = nil
-        resume = .resume(continuation, .success(take(limit)))
+        resume = hand(.success(take(limit)), to: continuation)
       }
     }
     guard done else { return (resume, .none) }
@@ -87,7 +108,7 @@ struct ReadStateMachine: ~Copyable {
     if let (continuation, _) = waiter {
       if let ended {
         waiter = nil
-        return (.resume(continuation, outcome(ended)), .none)
+        return (hand(outcome(ended), to: continuation), .none)
       }
       return (resume, start(waiter!.limit))
     }
