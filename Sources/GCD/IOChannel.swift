@@ -225,6 +225,10 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// empty or short, error 0), or on an error (errno; `ECANCELED` after
   /// ``close(stop:)``). A negative `length` ends at once with `EINVAL`.
   ///
+  /// libdispatch submits each handler call to `queue` separately: on a
+  /// concurrent queue the calls of one read can run at the same time and
+  /// out of order. Pass a serial queue when the order of the bytes matters.
+  ///
   /// - Parameters:
   ///   - offset: For a random-access channel, where to start, relative to
   ///     the file position at creation; ignored by a stream channel.
