@@ -200,8 +200,9 @@ struct IOChannelTests {
         }
         shutdown(server, Int32(SHUT_WR))
       }()
+      let clientWriter = IOChannel(fileDescriptor: dup(client), type: .stream, queue: queue) { close($0) }
       async let sent: Void = {
-        try await clientChannel.write(payload)
+        try await clientWriter.write(payload)
         shutdown(client, Int32(SHUT_WR))
       }()
       while true {
