@@ -30,6 +30,10 @@ import Synchronization
 /// A stream channel sets `O_NONBLOCK` on the descriptor and restores the
 /// original flags before the cleanup handler runs.
 ///
+/// Not fixed here: with one long write in flight while reads run on the same
+/// socket channel, libdispatch can stall (no handler is called again). Give
+/// such a write its own channel over `dup(fd)`; see docs/io.md.
+///
 /// `Sendable`: libdispatch channels are thread-safe.
 ///
 /// The corresponding C type is `dispatch_io_t`.
