@@ -119,7 +119,7 @@ if library == nil && options.variants.contains(.c) {
 
 let benchmarks =
   queueBenchmarks(library) + synchronizationBenchmarks(library) + applyBenchmarks(library, quick: options.quick)
-  + sourceBenchmarks(library, fixtures: fixtures) + workItemBenchmarks(library)
+  + sourceBenchmarks(library, fixtures: fixtures) + workItemBenchmarks(library) + ioBenchmarks(library)
   + concurrencyBenchmarks(heapInUse: library?.heapInUse)
 func selected(_ name: String) -> Bool {
   (options.filter.map { name.contains($0) } ?? true) && (options.only.map { name == $0 } ?? true)

@@ -575,3 +575,180 @@ EXPORT double bench_c_after_cancel(int64_t n, double *extra) {
   dispatch_release(queue);
   return per_op(start, end, n);
 }
+
+// MARK: - I/O channels and dispatch data
+
+#include <pthread.h>
+
+#define BENCH_MIB (1 << 20)
+
+/// One 1 MiB data object written `n` times (dispatch_io_write retains it; nothing is copied).
+static dispatch_data_t bench_chunk(void) {
+  void *memory = malloc(BENCH_MIB);
+  check(memory != NULL, "malloc");
+  memset(memory, 'x', BENCH_MIB);
+  return dispatch_data_create(memory, BENCH_MIB, NULL, DISPATCH_DATA_DESTRUCTOR_FREE);
+}
+
+/// Copies `n` MiB through a pipe: a stream channel on the write end writes
+/// one 1 MiB data object `n` times and is closed; a stream channel on the
+/// read end reads to end of file. Returns ns per MiB. `extra[0]` (input):
+/// the reader's low-water mark, 0 for libdispatch's default.
+EXPORT double bench_c_io_pipe(int64_t n, double *extra) {
+  int fds[2];
+  check(pipe(fds) == 0, "pipe");
+  int read_end = fds[0], write_end = fds[1];
+  dispatch_queue_t queue = dispatch_queue_create("bench.io", NULL);
+  dispatch_semaphore_t done = dispatch_semaphore_create(0);
+  dispatch_semaphore_t cleaned = dispatch_semaphore_create(0);
+  dispatch_io_t reader = dispatch_io_create(DISPATCH_IO_STREAM, read_end, queue, ^(int error) {
+    (void)error;
+    close(read_end);
+    dispatch_semaphore_signal(cleaned);
+  });
+  dispatch_io_t writer = dispatch_io_create(DISPATCH_IO_STREAM, write_end, queue, ^(int error) {
+    (void)error;
+    close(write_end);
+    dispatch_semaphore_signal(cleaned);
+  });
+  if (extra[0] > 0) dispatch_io_set_low_water(reader, (size_t)extra[0]);
+  dispatch_data_t chunk = bench_chunk();
+  __block int64_t received = 0;
+  int64_t start = now_ns();
+  dispatch_io_read(reader, 0, SIZE_MAX, queue, ^(bool finished, dispatch_data_t data, int error) {
+    (void)error;
+    if (data) received += (int64_t)dispatch_data_get_size(data);
+    if (finished) dispatch_semaphore_signal(done);
+  });
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_io_write(writer, 0, chunk, queue, ^(bool finished, dispatch_data_t rest, int error) {
+      (void)finished;
+      (void)rest;
+      (void)error;
+    });
+  }
+  dispatch_io_close(writer, 0);
+  dispatch_release(writer);
+  dispatch_semaphore_wait(done, DISPATCH_TIME_FOREVER);
+  int64_t end = now_ns();
+  check(received == n * BENCH_MIB, "io_pipe: bytes received");
+  dispatch_io_close(reader, 0);
+  dispatch_release(reader);
+  dispatch_semaphore_wait(cleaned, DISPATCH_TIME_FOREVER);
+  dispatch_semaphore_wait(cleaned, DISPATCH_TIME_FOREVER);
+  dispatch_release(chunk);
+  dispatch_release(done);
+  dispatch_release(cleaned);
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
+struct bench_writer {
+  int fd;
+  int64_t mebibytes;
+  const char *bytes;
+};
+
+static void *bench_write_thread(void *context) {
+  struct bench_writer *writer = context;
+  for (int64_t i = 0; i < writer->mebibytes; i++) {
+    size_t done = 0;
+    while (done < BENCH_MIB) {
+      ssize_t count = write(writer->fd, writer->bytes + done, BENCH_MIB - done);
+      check(count > 0, "read loop: write");
+      done += (size_t)count;
+    }
+  }
+  close(writer->fd);
+  return NULL;
+}
+
+/// The reference without libdispatch: a thread writes `n` MiB into a pipe
+/// with write(2), the caller reads it with a 64 KiB read(2) loop. ns per MiB.
+EXPORT double bench_c_read_loop(int64_t n, double *extra) {
+  (void)extra;
+  int fds[2];
+  check(pipe(fds) == 0, "pipe");
+  char *bytes = malloc(BENCH_MIB);
+  memset(bytes, 'x', BENCH_MIB);
+  char *buffer = malloc(64 * 1024);
+  struct bench_writer writer = {fds[1], n, bytes};
+  pthread_t thread;
+  int64_t start = now_ns();
+  check(pthread_create(&thread, NULL, bench_write_thread, &writer) == 0, "pthread_create");
+  int64_t received = 0;
+  for (;;) {
+    ssize_t count = read(fds[0], buffer, 64 * 1024);
+    if (count <= 0) break;
+    received += count;
+  }
+  int64_t end = now_ns();
+  pthread_join(thread, NULL);
+  check(received == n * BENCH_MIB, "read loop: bytes received");
+  close(fds[0]);
+  free(buffer);
+  free(bytes);
+  return per_op(start, end, n);
+}
+
+/// Concatenates 1,000 buffers of 64 bytes into one (dispatch_data_create_concat,
+/// releasing each intermediate) and walks its regions with dispatch_data_apply,
+/// `n` times. ns per round.
+EXPORT double bench_c_data_concat(int64_t n, double *extra) {
+  (void)extra;
+  enum { parts = 1000 };
+  static char bytes[parts * 64];
+  dispatch_data_t pieces[parts];
+  for (int i = 0; i < parts; i++) pieces[i] = dispatch_data_create(bytes + i * 64, 64, NULL, DISPATCH_DATA_DESTRUCTOR_DEFAULT);
+  __block size_t total = 0;
+  int64_t start = now_ns();
+  for (int64_t round = 0; round < n; round++) {
+    dispatch_data_t all = dispatch_data_empty;
+    for (int i = 0; i < parts; i++) {
+      dispatch_data_t joined = dispatch_data_create_concat(all, pieces[i]);
+      dispatch_release(all);
+      all = joined;
+    }
+    dispatch_data_apply(all, ^bool(dispatch_data_t region, size_t offset, const void *buffer, size_t size) {
+      (void)region;
+      (void)offset;
+      (void)buffer;
+      total += size;
+      return true;
+    });
+    dispatch_release(all);
+  }
+  int64_t end = now_ns();
+  check(total == (size_t)n * parts * 64, "data_concat: bytes walked");
+  for (int i = 0; i < parts; i++) dispatch_release(pieces[i]);
+  return per_op(start, end, n);
+}
+
+/// Copies a 1,000-region buffer of 64,000 bytes into one contiguous buffer
+/// (dispatch_data_apply + memcpy), `n` times. ns per copy.
+EXPORT double bench_c_data_copy(int64_t n, double *extra) {
+  (void)extra;
+  enum { parts = 1000 };
+  static char bytes[parts * 64];
+  dispatch_data_t all = dispatch_data_empty;
+  for (int i = 0; i < parts; i++) {
+    dispatch_data_t piece = dispatch_data_create(bytes + i * 64, 64, NULL, DISPATCH_DATA_DESTRUCTOR_DEFAULT);
+    dispatch_data_t joined = dispatch_data_create_concat(all, piece);
+    dispatch_release(piece);
+    dispatch_release(all);
+    all = joined;
+  }
+  char *target = malloc(parts * 64);
+  int64_t start = now_ns();
+  for (int64_t round = 0; round < n; round++) {
+    dispatch_data_apply(all, ^bool(dispatch_data_t region, size_t offset, const void *buffer, size_t size) {
+      (void)region;
+      memcpy(target + offset, buffer, size);
+      return true;
+    });
+  }
+  int64_t end = now_ns();
+  free(target);
+  dispatch_release(all);
+  return per_op(start, end, n);
+}

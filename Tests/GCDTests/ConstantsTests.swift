@@ -88,6 +88,7 @@ struct ConstantsTests {
       (Errno.noSpace, ENOSPC, "ENOSPC"), (Errno.brokenPipe, EPIPE, "EPIPE"), (Errno.outOfRange, ERANGE, "ERANGE"),
       (Errno.noFunction, ENOSYS, "ENOSYS"), (Errno.notSupported, ENOTSUP, "ENOTSUP"),
       (Errno.notDirectory, ENOTDIR, "ENOTDIR"), (Errno.canceled, ECANCELED, "ECANCELED"), (Errno.busy, EBUSY, "EBUSY"),
+      (Errno.illegalSeek, ESPIPE, "ESPIPE"), (Errno.connectionReset, ECONNRESET, "ECONNRESET"),
     ]
     for (swift, c, name) in pairs {
       #expect(swift == c, "\(name)")

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <stdbool.h>
 
 #pragma clang assume_nonnull begin
 
@@ -205,6 +206,52 @@ extern void cgcd_async_and_wait_f(void *queue, void *_Nullable context, void (*w
 /// `dispatch_barrier_async_and_wait_f`, likewise.
 extern void cgcd_barrier_async_and_wait_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))
     __asm__("dispatch_barrier_async_and_wait_f");
+
+// MARK: - Dispatch data and I/O channels
+
+
+/// `dispatch_data_empty` (a macro over an exported structure of incomplete type).
+extern char cgcd_data_empty_sym __asm__("_dispatch_data_empty");
+static inline void *cgcd_data_empty(void) { return &cgcd_data_empty_sym; }
+
+/// `DISPATCH_DATA_DESTRUCTOR_FREE` and `_MUNMAP`: exported block pointers that
+/// libdispatch recognizes by identity (Swift would re-wrap an imported block,
+/// so they are declared as plain pointers).
+extern const void *const cgcd_data_destructor_free __asm__("_dispatch_data_destructor_free");
+extern const void *const cgcd_data_destructor_munmap __asm__("_dispatch_data_destructor_munmap");
+
+/// `dispatch_data_create` with the destructor as an untyped block pointer, so
+/// that the recognized destructors above keep their identity.
+extern void *cgcd_data_create(const void *_Nullable buffer, size_t size, void *_Nullable queue,
+                              const void *_Nullable destructor) __asm__("dispatch_data_create");
+
+/// `dispatch_data_applier_function_t` (libdispatch's private data_private.h).
+typedef bool (*cgcd_data_applier_t)(void *_Nullable context, void *region, size_t offset,
+                                    const void *buffer, size_t size);
+/// `dispatch_data_apply_f` (exported, declared only in a private header).
+extern bool cgcd_data_apply_f(void *data, void *_Nullable context, cgcd_data_applier_t applier)
+    __asm__("dispatch_data_apply_f");
+
+/// `dispatch_io_handler_function_t` (libdispatch's private io_private.h).
+typedef void (*cgcd_io_handler_t)(void *_Nullable context, bool done, void *_Nullable data, int error);
+/// The cleanup function of the `_f` channel constructors.
+typedef void (*cgcd_io_cleanup_t)(void *_Nullable context, int error);
+/// `dispatch_function_t`.
+typedef void (*cgcd_function_t)(void *_Nullable context);
+
+// The `_f` forms of the I/O calls: exported, declared only in libdispatch's
+// private io_private.h. Each is the block form with a context and a function.
+extern void *_Nullable cgcd_io_create_f(unsigned long type, int fd, void *queue, void *_Nullable context,
+                                        cgcd_io_cleanup_t cleanup) __asm__("dispatch_io_create_f");
+extern void *_Nullable cgcd_io_create_with_io_f(unsigned long type, void *channel, void *queue,
+                                                void *_Nullable context, cgcd_io_cleanup_t cleanup)
+    __asm__("dispatch_io_create_with_io_f");
+extern void cgcd_io_read_f(void *channel, long offset, size_t length, void *queue, void *_Nullable context,
+                           cgcd_io_handler_t handler) __asm__("dispatch_io_read_f");
+extern void cgcd_io_write_f(void *channel, long offset, void *data, void *queue, void *_Nullable context,
+                            cgcd_io_handler_t handler) __asm__("dispatch_io_write_f");
+extern void cgcd_io_barrier_f(void *channel, void *_Nullable context, cgcd_function_t barrier)
+    __asm__("dispatch_io_barrier_f");
 
 #pragma clang assume_nonnull end
 

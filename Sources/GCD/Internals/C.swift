@@ -270,3 +270,101 @@ enum Libdispatch {
     dispatch_source_set_cancel_handler(source, handler)
   }
 }
+
+// MARK: - Data and I/O channels
+
+extension Libdispatch {
+  /// `dispatch_data_applier_function_t`, `dispatch_io_handler_function_t`
+  /// and the cleanup of the `_f` channel constructors (declared through CGCD).
+  @usableFromInline typealias DataApplier = cgcd_data_applier_t
+  @usableFromInline typealias IOHandler = cgcd_io_handler_t
+  @usableFromInline typealias IOCleanup = cgcd_io_cleanup_t
+
+  /// `DISPATCH_IO_STREAM`, `DISPATCH_IO_RANDOM`, `DISPATCH_IO_STOP`, `DISPATCH_IO_STRICT_INTERVAL`.
+  static let ioStream: UInt = UInt(DISPATCH_IO_STREAM)
+  static let ioRandom: UInt = UInt(DISPATCH_IO_RANDOM)
+  static let ioStop: UInt = UInt(DISPATCH_IO_STOP)
+  static let ioStrictInterval: UInt = UInt(DISPATCH_IO_STRICT_INTERVAL)
+
+  /// `dispatch_data_empty` (a global object: retain and release are no-ops).
+  @inlinable static var data_empty: OpaquePointer { OpaquePointer(cgcd_data_empty()) }
+  /// `DISPATCH_DATA_DESTRUCTOR_FREE` / `_MUNMAP`, by identity.
+  static var data_destructor_free: UnsafeRawPointer { cgcd_data_destructor_free }
+  static var data_destructor_munmap: UnsafeRawPointer { cgcd_data_destructor_munmap }
+
+  /// `dispatch_data_create` with a recognized destructor (nil: copy the bytes).
+  @inlinable static func data_create(
+    _ buffer: UnsafeRawPointer?, _ size: Int, _ queue: OpaquePointer?, destructor: UnsafeRawPointer?
+  ) -> OpaquePointer {
+    OpaquePointer(cgcd_data_create(buffer, size, queue.map(UnsafeMutableRawPointer.init), destructor))
+  }
+  /// `dispatch_data_create` with a destructor block (Swift makes the block).
+  static func data_create(
+    _ buffer: UnsafeRawPointer, _ size: Int, _ queue: OpaquePointer?, block: @escaping () -> Void
+  ) -> OpaquePointer {
+    dispatch_data_create(buffer, size, queue, block)
+  }
+  @inlinable static func data_get_size(_ data: OpaquePointer) -> Int { dispatch_data_get_size(data) }
+  @inlinable static func data_create_concat(_ first: OpaquePointer, _ second: OpaquePointer) -> OpaquePointer {
+    dispatch_data_create_concat(first, second)
+  }
+  @inlinable static func data_create_subrange(_ data: OpaquePointer, _ offset: Int, _ length: Int) -> OpaquePointer {
+    dispatch_data_create_subrange(data, offset, length)
+  }
+  @inlinable static func data_create_map(
+    _ data: OpaquePointer, _ buffer: UnsafeMutablePointer<UnsafeRawPointer?>, _ size: UnsafeMutablePointer<Int>
+  ) -> OpaquePointer {
+    dispatch_data_create_map(data, buffer, size)
+  }
+  @inlinable static func data_apply_f(
+    _ data: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ applier: DataApplier
+  )
+    -> Bool
+  {
+    cgcd_data_apply_f(UnsafeMutableRawPointer(data), context, applier)
+  }
+  @inlinable static func data_copy_region(_ data: OpaquePointer, _ location: Int, _ offset: UnsafeMutablePointer<Int>)
+    -> OpaquePointer
+  {
+    dispatch_data_copy_region(data, location, offset)
+  }
+
+  static func io_create_f(
+    _ type: UInt, _ descriptor: Int32, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,
+    _ cleanup: IOCleanup
+  ) -> OpaquePointer? {
+    cgcd_io_create_f(type, descriptor, UnsafeMutableRawPointer(queue), context, cleanup).map(OpaquePointer.init)
+  }
+  static func io_create_with_io_f(
+    _ type: UInt, _ channel: OpaquePointer, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,
+    _ cleanup: IOCleanup
+  ) -> OpaquePointer? {
+    cgcd_io_create_with_io_f(
+      type, UnsafeMutableRawPointer(channel), UnsafeMutableRawPointer(queue), context, cleanup
+    ).map(OpaquePointer.init)
+  }
+  @inlinable static func io_read_f(
+    _ channel: OpaquePointer, _ offset: Int, _ length: Int, _ queue: OpaquePointer,
+    _ context: UnsafeMutableRawPointer?, _ handler: IOHandler
+  ) {
+    cgcd_io_read_f(UnsafeMutableRawPointer(channel), offset, length, UnsafeMutableRawPointer(queue), context, handler)
+  }
+  @inlinable static func io_write_f(
+    _ channel: OpaquePointer, _ offset: Int, _ data: OpaquePointer, _ queue: OpaquePointer,
+    _ context: UnsafeMutableRawPointer?, _ handler: IOHandler
+  ) {
+    cgcd_io_write_f(
+      UnsafeMutableRawPointer(channel), offset, UnsafeMutableRawPointer(data), UnsafeMutableRawPointer(queue),
+      context, handler)
+  }
+  static func io_barrier_f(_ channel: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ barrier: Function) {
+    cgcd_io_barrier_f(UnsafeMutableRawPointer(channel), context, barrier)
+  }
+  static func io_close(_ channel: OpaquePointer, _ flags: UInt) { dispatch_io_close(channel, flags) }
+  static func io_get_descriptor(_ channel: OpaquePointer) -> Int32 { dispatch_io_get_descriptor(channel) }
+  static func io_set_low_water(_ channel: OpaquePointer, _ value: Int) { dispatch_io_set_low_water(channel, value) }
+  static func io_set_high_water(_ channel: OpaquePointer, _ value: Int) { dispatch_io_set_high_water(channel, value) }
+  static func io_set_interval(_ channel: OpaquePointer, _ interval: UInt64, _ flags: UInt) {
+    dispatch_io_set_interval(channel, interval, flags)
+  }
+}

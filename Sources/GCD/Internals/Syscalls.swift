@@ -38,6 +38,9 @@ func system_strerror(_ error: Int32) -> String { String(cString: strerror(error)
 /// `open(path, flags | O_CLOEXEC)`; -1 and errno on failure.
 func system_open(_ path: String, _ flags: Int32) -> Int32 { open(path, flags | O_CLOEXEC) }
 
+/// `open(path, flags | O_CLOEXEC, mode)`; -1 and errno on failure.
+func system_open(_ path: String, _ flags: Int32, _ mode: UInt32) -> Int32 { open(path, flags | O_CLOEXEC, mode) }
+
 /// `open(path, O_PATH | O_CLOEXEC)`: a descriptor that holds the file (for
 /// `fstat`, `/proc/self/fd`, inotify) without opening its contents. CGCD
 /// supplies `O_PATH`, which the C library defines only under _GNU_SOURCE.
@@ -64,6 +67,8 @@ func system_read(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count
 /// What `fstat` says of a descriptor: its kind, size and link count.
 struct FileStatus {
   var isDirectory: Bool
+  /// A FIFO or a socket: a stream no offset applies to.
+  var isStream: Bool
   var size: Int
   var links: UInt
 }
@@ -73,7 +78,9 @@ func system_fstat(_ descriptor: Int32) -> FileStatus? {
   var status = stat()
   guard fstat(descriptor, &status) == 0 else { return nil }
   return FileStatus(
-    isDirectory: status.st_mode & S_IFMT == S_IFDIR, size: Int(status.st_size), links: UInt(status.st_nlink))
+    isDirectory: status.st_mode & S_IFMT == S_IFDIR,
+    isStream: status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK, size: Int(status.st_size),
+    links: UInt(status.st_nlink))
 }
 
 /// `readlink(2)`: the target of a symbolic link or a `/proc/self/fd` entry.
@@ -106,6 +113,27 @@ func system_waitReadable(_ descriptor: Int32) -> Bool {
   }
   return true
 }
+
+// MARK: - Signals
+
+/// Makes a write to a pipe or socket whose reader is gone fail with `EPIPE`
+/// instead of killing the process, once per process: when `SIGPIPE` still
+/// has its default disposition, installs a handler that does nothing
+/// (`SA_RESTART`). A handler, unlike `SIG_IGN`, is reset to the default by
+/// `exec`, so child processes start with the usual disposition; an ignored
+/// or handled `SIGPIPE` (the program's own choice) is left alone.
+func system_catchBrokenPipe() { _ = brokenPipeCaught }
+
+private let brokenPipeCaught: Bool = {
+  var current = sigaction()
+  guard sigaction(SIGPIPE, nil, &current) == 0 else { return false }
+  guard current.sa_flags & SA_SIGINFO == 0, current.__sigaction_handler.sa_handler == nil else { return false }
+  var action = sigaction()
+  action.__sigaction_handler.sa_handler = { _ in }
+  action.sa_flags = SA_RESTART
+  sigemptyset(&action.sa_mask)
+  return sigaction(SIGPIPE, &action, nil) == 0
+}()
 
 // MARK: - Processes
 
@@ -170,13 +198,17 @@ enum Errno {
   static let canceled = ECANCELED
   /// `EBUSY`
   static let busy = EBUSY
+  /// `ESPIPE`
+  static let illegalSeek = ESPIPE
+  /// `ECONNRESET`
+  static let connectionReset = ECONNRESET
 
   /// The C names of the values above, for messages ("ESRCH").
   static let names: [Int32: String] = [
     EPERM: "EPERM", ENOENT: "ENOENT", ESRCH: "ESRCH", EINTR: "EINTR", EBADF: "EBADF", EAGAIN: "EAGAIN",
     ENOMEM: "ENOMEM", EACCES: "EACCES", EISDIR: "EISDIR", EINVAL: "EINVAL", ENFILE: "ENFILE", EMFILE: "EMFILE",
     ENOSPC: "ENOSPC", EPIPE: "EPIPE", ERANGE: "ERANGE", ENOSYS: "ENOSYS", ENOTSUP: "ENOTSUP", ENOTDIR: "ENOTDIR",
-    ECANCELED: "ECANCELED", EBUSY: "EBUSY",
+    ECANCELED: "ECANCELED", EBUSY: "EBUSY", ESPIPE: "ESPIPE", ECONNRESET: "ECONNRESET",
   ]
 }
 
@@ -203,3 +235,15 @@ func system_malloc(_ size: Int) -> UnsafeMutableRawPointer {
 /// `free(memory)`.
 @inlinable
 func system_free(_ memory: UnsafeMutableRawPointer) { free(memory) }
+
+/// `memcpy(destination, source, count)`.
+@inlinable
+func system_memcpy(_ destination: UnsafeMutableRawPointer, _ source: UnsafeRawPointer, _ count: Int) {
+  memcpy(destination, source, count)
+}
+
+/// `memcmp(first, second, count) == 0`.
+@inlinable
+func system_memequal(_ first: UnsafeRawPointer, _ second: UnsafeRawPointer, _ count: Int) -> Bool {
+  memcmp(first, second, count) == 0
+}

@@ -1,0 +1,209 @@
+import Dispatch
+import GCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// I/O channels and dispatch data: a pipe copy through two stream channels
+// (IOChannel, dispatch_io from C, the overlay's DispatchIO) against a plain
+// read loop, and concatenation / region walks / copy-out of DispatchBuffer
+// against dispatch_data from C and the overlay's DispatchData.
+
+private let mebibyte = 1 << 20
+
+func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
+  func pipeCopy(_ name: String, _ title: String, lowWater: Int) -> Benchmark {
+    Benchmark(
+      name: name, title: title, unit: "ns/MiB", count: 256, quickCount: 2, repeats: 5,
+      runners: [
+        .c: c.runner("io_pipe", input: [Double(lowWater)]), .gcd: .run { gcdPipeCopy($0, lowWater: lowWater) },
+        .dispatch: .run { dispatchPipeCopy($0, lowWater: lowWater) },
+      ])
+  }
+  return [
+    pipeCopy(
+      "io_pipe", "copy 256 MiB through a pipe, two stream channels, low water 1 (the package's default)",
+      lowWater: 1),
+    pipeCopy(
+      "io_pipe_64k", "copy 256 MiB through a pipe, two stream channels, low water 64 KiB (one pipe buffer)",
+      lowWater: 64 * 1024),
+    pipeCopy(
+      "io_pipe_1mib", "copy 256 MiB through a pipe, two stream channels, low water 1 MiB (libdispatch's default)",
+      lowWater: mebibyte),
+    Benchmark(
+      name: "io_read_loop", title: "copy 256 MiB through a pipe: write(2) thread + 64 KiB read(2) loop (reference)",
+      unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
+      runners: [
+        .c: c.runner("read_loop"), .gcd: .unavailable("n/a (the reference has no wrapper)"),
+        .dispatch: .unavailable("n/a (the reference has no wrapper)"),
+      ]),
+    Benchmark(
+      name: "data_concat", title: "concatenate 1,000 buffers of 64 bytes, then walk the 1,000 regions",
+      count: 200, quickCount: 2, repeats: 5,
+      runners: [.c: c.runner("data_concat"), .gcd: .run(gcdConcat), .dispatch: .run(dispatchConcat)]),
+    Benchmark(
+      name: "data_copy", title: "copy a 1,000-region buffer (64,000 bytes) out into contiguous memory",
+      count: 20_000, quickCount: 2,
+      runners: [.c: c.runner("data_copy"), .gcd: .run(gcdCopyOut), .dispatch: .run(dispatchCopyOut)]),
+  ]
+}
+
+// MARK: - Pipe copy
+
+private func makeBenchPipe() -> (Int32, Int32) {
+  var ends: [Int32] = [0, 0]
+  check(pipe(&ends) == 0, "pipe")
+  return (ends[0], ends[1])
+}
+
+private func chunkBytes() -> UnsafeMutableRawBufferPointer {
+  let memory = UnsafeMutableRawBufferPointer(start: malloc(mebibyte), count: mebibyte)
+  memory.initializeMemory(as: UInt8.self, repeating: 0x78)
+  return memory
+}
+
+@inline(never)
+func gcdPipeCopy(_ count: Int, lowWater: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = Queue(label: "bench.io")
+  let done = try! Semaphore(value: 0)
+  let cleaned = try! Semaphore(value: 0)
+  let reader = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue) {
+    close($0)
+    _ = cleaned.signal()
+  }
+  let writer = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: queue) {
+    close($0)
+    _ = cleaned.signal()
+  }
+  reader.setLimit(lowWater: lowWater)
+  let chunk = DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(chunkBytes()), deallocator: .free)
+  let received = Counter()
+  let start = monotonicNanos()
+  reader.read(length: .max, queue: queue) { finished, data, _ in
+    if let data { received.value += data.count }
+    if finished { _ = done.signal() }
+  }
+  for _ in 0..<count {
+    writer.write(data: chunk, queue: queue) { _, _, _ in }
+  }
+  writer.close()
+  done.wait()
+  let end = monotonicNanos()
+  check(received.value == count * mebibyte, "GCD io_pipe: bytes received")
+  reader.close()
+  cleaned.wait()
+  cleaned.wait()
+  return Sample(start: start, end: end, count: count)
+}
+
+@inline(never)
+func dispatchPipeCopy(_ count: Int, lowWater: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = DispatchQueue(label: "bench.io")
+  let done = DispatchSemaphore(value: 0)
+  let cleaned = DispatchSemaphore(value: 0)
+  let reader = DispatchIO(type: .stream, fileDescriptor: readEnd, queue: queue) { _ in
+    close(readEnd)
+    cleaned.signal()
+  }
+  let writer = DispatchIO(type: .stream, fileDescriptor: writeEnd, queue: queue) { _ in
+    close(writeEnd)
+    cleaned.signal()
+  }
+  reader.setLimit(lowWater: lowWater)
+  // A copy (made before timing): the overlay's `bytesNoCopy` with `.free` crashes on
+  // Linux (it re-wraps libdispatch's FREE destructor marker as a new block).
+  let bytes = chunkBytes()
+  defer { free(bytes.baseAddress) }
+  let chunk = DispatchData(bytes: UnsafeRawBufferPointer(bytes))
+  let received = Counter()
+  let start = monotonicNanos()
+  reader.read(offset: 0, length: .max, queue: queue) { finished, data, _ in
+    if let data { received.value += data.count }
+    if finished { done.signal() }
+  }
+  for _ in 0..<count {
+    writer.write(offset: 0, data: chunk, queue: queue) { _, _, _ in }
+  }
+  writer.close()
+  done.wait()
+  let end = monotonicNanos()
+  check(received.value == count * mebibyte, "Dispatch io_pipe: bytes received")
+  reader.close()
+  cleaned.wait()
+  cleaned.wait()
+  return Sample(start: start, end: end, count: count)
+}
+
+// MARK: - Data
+
+private let partCount = 1000
+private let partBytes = [UInt8](repeating: 0x41, count: 64)
+
+@inline(never)
+func gcdConcat(_ count: Int) -> Sample {
+  let parts = (0..<partCount).map { _ in DispatchBuffer(partBytes) }
+  var total = 0
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    var all = DispatchBuffer()
+    for part in parts { all.append(part) }
+    all.enumerateRegions { bytes, _ in
+      total += bytes.count
+      return true
+    }
+  }
+  let end = monotonicNanos()
+  check(total == count * partCount * 64, "GCD data_concat: bytes walked")
+  return Sample(start: start, end: end, count: count)
+}
+
+@inline(never)
+func dispatchConcat(_ count: Int) -> Sample {
+  let parts = (0..<partCount).map { _ in partBytes.withUnsafeBytes { DispatchData(bytes: $0) } }
+  var total = 0
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    var all = DispatchData.empty
+    for part in parts { all.append(part) }
+    all.enumerateBytes { bytes, _, _ in total += bytes.count }
+  }
+  let end = monotonicNanos()
+  check(total == count * partCount * 64, "Dispatch data_concat: bytes walked")
+  return Sample(start: start, end: end, count: count)
+}
+
+@inline(never)
+func gcdCopyOut(_ count: Int) -> Sample {
+  var all = DispatchBuffer()
+  for _ in 0..<partCount { all.append(DispatchBuffer(partBytes)) }
+  let target = UnsafeMutableRawBufferPointer.allocate(byteCount: partCount * 64, alignment: 16)
+  defer { target.deallocate() }
+  var copied = 0
+  let start = monotonicNanos()
+  for _ in 0..<count { copied += all.copyBytes(to: target) }
+  let end = monotonicNanos()
+  check(copied == count * partCount * 64, "GCD data_copy: bytes copied")
+  return Sample(start: start, end: end, count: count)
+}
+
+@inline(never)
+func dispatchCopyOut(_ count: Int) -> Sample {
+  var all = DispatchData.empty
+  for _ in 0..<partCount { partBytes.withUnsafeBytes { all.append(DispatchData(bytes: $0)) } }
+  let target = UnsafeMutableRawBufferPointer.allocate(byteCount: partCount * 64, alignment: 16)
+  defer { target.deallocate() }
+  var copied = 0
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    all.copyBytes(to: target, count: partCount * 64)
+    copied += partCount * 64
+  }
+  let end = monotonicNanos()
+  check(copied == count * partCount * 64, "Dispatch data_copy: bytes copied")
+  return Sample(start: start, end: end, count: count)
+}

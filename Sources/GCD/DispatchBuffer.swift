@@ -1,0 +1,490 @@
+import Synchronization
+
+/// An immutable, possibly discontiguous run of bytes over libdispatch's
+/// `dispatch_data_t`: what an ``IOChannel`` reads and writes.
+///
+/// Concatenation and sub-ranges share the bytes instead of copying them;
+/// a buffer may therefore consist of several contiguous regions, which
+/// ``enumerateRegions(_:)`` visits in order. As a `Collection` of `UInt8`
+/// it is indexed from 0 to `count` without copying: elements are read from
+/// the regions in place, and `Array(buffer)` copies region by region.
+///
+/// Named `DispatchBuffer` so that it clashes neither with Foundation's
+/// `Data` nor with the toolchain overlay's `DispatchData` (nor SwiftNIO's
+/// `ByteBuffer`), any of which a program may import beside this package.
+///
+/// A value type: copies share one C object, which is released when the
+/// last copy goes away. `Sendable`: dispatch data objects are immutable.
+///
+/// The corresponding C type is `dispatch_data_t`.
+public struct DispatchBuffer: Sendable {
+  @usableFromInline let storage: Storage
+
+  /// The one reference to the C object a set of buffer copies shares.
+  ///
+  /// `@unchecked Sendable`: the C object is immutable and thread-safe; the
+  /// region table is computed at most once per winner and published through an atomic.
+  @usableFromInline
+  final class Storage: @unchecked Sendable {
+    @usableFromInline let raw: OpaquePointer
+    let table = Atomic<Unmanaged<RegionTable>?>(nil)
+
+    @inlinable init(adopting raw: OpaquePointer) { self.raw = raw }
+
+    deinit {
+      table.load(ordering: .acquiring)?.release()
+      Libdispatch.release(raw)
+    }
+
+    /// The regions with their offsets, computed on first use.
+    var regions: RegionTable {
+      if let table = table.load(ordering: .acquiring) { return table.takeUnretainedValue() }
+      let made = Unmanaged.passRetained(RegionTable(raw))
+      let (exchanged, current) = table.compareExchange(
+        expected: nil, desired: made, successOrdering: .acquiringAndReleasing, failureOrdering: .acquiring)
+      if exchanged { return made.takeUnretainedValue() }
+      made.release()
+      return current!.takeUnretainedValue()
+    }
+  }
+
+  /// The contiguous regions of one C object, in order: valid as long as the object.
+  final class RegionTable: Sendable {
+    struct Region {
+      var offset: Int
+      // `Int` bit pattern of the region's first byte (a pointer is not Sendable).
+      var address: UInt
+      var count: Int
+      var base: UnsafeRawPointer { UnsafeRawPointer(bitPattern: address)! }
+    }
+    let regions: [Region]
+
+    init(_ raw: OpaquePointer) {
+      var regions: [Region] = []
+      withUnsafeMutablePointer(to: &regions) { list in
+        _ = Libdispatch.data_apply_f(raw, list) { context, _, offset, buffer, size in
+          context!.assumingMemoryBound(to: [Region].self).pointee.append(
+            Region(offset: offset, address: UInt(bitPattern: buffer), count: size))
+          return true
+        }
+      }
+      self.regions = regions
+    }
+
+    /// The index of the region that holds byte `position` (which must be in range).
+    func index(of position: Int) -> Int {
+      var low = 0
+      var high = regions.count - 1
+      while low < high {
+        let middle = (low + high + 1) / 2
+        if regions[middle].offset <= position { low = middle } else { high = middle - 1 }
+      }
+      return low
+    }
+  }
+
+  /// Adopts a C object the caller owns a reference to (a +1 result).
+  @inlinable init(adopting raw: OpaquePointer) { storage = Storage(adopting: raw) }
+
+  /// Wraps a C object borrowed from libdispatch (a handler argument), retaining it.
+  init(borrowing raw: OpaquePointer) {
+    Libdispatch.retain(raw)
+    storage = Storage(adopting: raw)
+  }
+
+  /// The C object, borrowed: valid while this buffer (or a copy) is alive.
+  /// Use it to call libdispatch functions this package does not wrap; do not release it.
+  public var unsafeObject: OpaquePointer { storage.raw }
+
+  // MARK: Creating
+
+  /// Creates an empty buffer.
+  ///
+  /// The corresponding C constant is `dispatch_data_empty`.
+  public init() { self.init(adopting: Libdispatch.data_empty) }
+
+  /// Creates a buffer holding a copy of `bytes`.
+  ///
+  /// - Parameter bytes: The bytes to copy; the buffer does not refer to them afterwards.
+  ///
+  /// The corresponding C function is `dispatch_data_create` with `DISPATCH_DATA_DESTRUCTOR_DEFAULT`.
+  public init(copying bytes: UnsafeRawBufferPointer) {
+    guard let base = bytes.baseAddress, bytes.count > 0 else {
+      self.init()
+      return
+    }
+    self.init(adopting: Libdispatch.data_create(base, bytes.count, nil, destructor: nil))
+  }
+
+  /// Creates a buffer holding a copy of `bytes`.
+  ///
+  /// - Parameter bytes: The bytes to copy, an array or any sequence of `UInt8`.
+  ///
+  /// The corresponding C function is `dispatch_data_create` with `DISPATCH_DATA_DESTRUCTOR_DEFAULT`.
+  public init(_ bytes: some Sequence<UInt8>) {
+    if let buffer = bytes as? DispatchBuffer {
+      self = buffer
+      return
+    }
+    let made = bytes.withContiguousStorageIfAvailable { DispatchBuffer(copying: UnsafeRawBufferPointer($0)) }
+    self = made ?? Array(bytes).withUnsafeBytes { DispatchBuffer(copying: $0) }
+  }
+
+  /// What releases the memory of a buffer created without copying.
+  public enum Deallocator: Sendable {
+    /// `free(3)` (the memory came from `malloc`).
+    ///
+    /// The corresponding C constant is `DISPATCH_DATA_DESTRUCTOR_FREE`.
+    case free
+    /// `munmap(2)` (the memory came from `mmap`).
+    ///
+    /// The corresponding C constant is `DISPATCH_DATA_DESTRUCTOR_MUNMAP`.
+    case unmap
+    /// A closure called once with the memory, on `queue` (a global queue when nil),
+    /// after the last buffer that refers to it is gone.
+    case custom(queue: Queue?, @Sendable (UnsafeRawBufferPointer) -> Void)
+  }
+
+  /// Creates a buffer over `bytes` without copying them; `deallocator`
+  /// releases them once no buffer refers to them any more.
+  ///
+  /// The memory must stay valid and unchanged until then. An empty `bytes`
+  /// gives the empty buffer and calls the deallocator at once.
+  ///
+  /// - Parameters:
+  ///   - bytes: The memory the buffer takes over.
+  ///   - deallocator: What releases the memory.
+  ///
+  /// The corresponding C function is `dispatch_data_create`.
+  public init(bytesNoCopy bytes: UnsafeRawBufferPointer, deallocator: Deallocator) {
+    guard let base = bytes.baseAddress else {
+      if case .custom(_, let release) = deallocator { release(bytes) }
+      self.init()
+      return
+    }
+    switch deallocator {
+    case .free:
+      self.init(adopting: Libdispatch.data_create(base, bytes.count, nil, destructor: Libdispatch.data_destructor_free))
+    case .unmap:
+      self.init(
+        adopting: Libdispatch.data_create(base, bytes.count, nil, destructor: Libdispatch.data_destructor_munmap))
+    case .custom(let queue, let release):
+      self.init(adopting: Libdispatch.data_create(base, bytes.count, queue?.raw, block: { release(bytes) }))
+    }
+  }
+
+  // MARK: Size and composition
+
+  /// The number of bytes.
+  ///
+  /// The corresponding C function is `dispatch_data_get_size`.
+  @inlinable public var count: Int { Libdispatch.data_get_size(storage.raw) }
+
+  /// This buffer followed by `other`, sharing the bytes of both.
+  ///
+  /// - Parameter other: The bytes to put after this buffer's.
+  /// - Returns: A buffer of `count + other.count` bytes; nothing is copied.
+  ///
+  /// The corresponding C function is `dispatch_data_create_concat`.
+  @inlinable public func appending(_ other: DispatchBuffer) -> DispatchBuffer {
+    DispatchBuffer(adopting: Libdispatch.data_create_concat(storage.raw, other.storage.raw))
+  }
+
+  /// Appends `other` to this buffer, sharing its bytes.
+  ///
+  /// - Parameter other: The bytes to put after this buffer's.
+  ///
+  /// The corresponding C function is `dispatch_data_create_concat`.
+  @inlinable public mutating func append(_ other: DispatchBuffer) { self = appending(other) }
+
+  /// The concatenation of two buffers, sharing the bytes of both.
+  ///
+  /// - Parameters:
+  ///   - lhs: The first bytes.
+  ///   - rhs: The bytes that follow.
+  ///
+  /// The corresponding C function is `dispatch_data_create_concat`.
+  @inlinable public static func + (lhs: DispatchBuffer, rhs: DispatchBuffer) -> DispatchBuffer {
+    lhs.appending(rhs)
+  }
+
+  /// The bytes in `bounds` as a buffer of their own, sharing them.
+  ///
+  /// Its indices start at 0 (unlike `self[bounds]`, a `Slice` that keeps this
+  /// buffer's indices). A range outside `0..<count` stops the program, as an
+  /// array's subscript does.
+  ///
+  /// - Parameter bounds: Byte offsets within `0...count`.
+  ///
+  /// The corresponding C function is `dispatch_data_create_subrange`.
+  public func extracting(_ bounds: Range<Int>) -> DispatchBuffer {
+    let total = count
+    precondition(
+      bounds.lowerBound >= 0 && bounds.upperBound <= total,
+      "GCD: DispatchBuffer.extracting(\(bounds)): out of bounds for \(total) bytes")
+    if bounds.count == total { return self }
+    return DispatchBuffer(adopting: Libdispatch.data_create_subrange(storage.raw, bounds.lowerBound, bounds.count))
+  }
+
+  // MARK: Reading the bytes
+
+  /// The number of contiguous regions the bytes are kept in (0 when empty).
+  public var regionCount: Int { storage.regions.regions.count }
+
+  /// Calls `body` with each contiguous region in order, and the region's
+  /// offset in the buffer, until it returns false.
+  ///
+  /// The bytes are valid only during the call. Nothing is copied or allocated.
+  ///
+  /// - Parameter body: Receives the region's bytes and its offset; returns
+  ///   false to stop.
+  /// - Returns: false if `body` stopped the walk.
+  ///
+  /// The corresponding C function is `dispatch_data_apply`.
+  @discardableResult
+  public func enumerateRegions<Failure: Error>(
+    _ body: (_ bytes: UnsafeRawBufferPointer, _ offset: Int) throws(Failure) -> Bool
+  ) throws(Failure) -> Bool {
+    var failure: Failure?
+    let finished = applyRegions { bytes, offset in
+      do throws(Failure) {
+        return try body(bytes, offset)
+      } catch {
+        failure = error
+        return false
+      }
+    }
+    if let failure { throw failure }
+    return finished
+  }
+
+  /// `dispatch_data_apply_f` of a non-escaping closure, through a context on the stack.
+  private func applyRegions(_ body: (UnsafeRawBufferPointer, Int) -> Bool) -> Bool {
+    withoutActuallyEscaping(body) { body in
+      var walk = RegionWalk(body: body)
+      return withUnsafeMutablePointer(to: &walk) { walk in
+        Libdispatch.data_apply_f(storage.raw, walk) { context, _, offset, buffer, size in
+          context!.assumingMemoryBound(to: RegionWalk.self).pointee.body(
+            UnsafeRawBufferPointer(start: buffer, count: size), offset)
+        }
+      }
+    }
+  }
+
+  /// Copies the bytes in `range` (all of them when nil) into `destination`,
+  /// region by region with no intermediate buffer, as many as fit.
+  ///
+  /// - Parameters:
+  ///   - destination: Where the bytes go.
+  ///   - range: The byte offsets to copy; nil for the whole buffer.
+  /// - Returns: The number of bytes copied: the smaller of the range's and
+  ///   the destination's size.
+  ///
+  /// The corresponding C function is `dispatch_data_apply`.
+  @discardableResult
+  public func copyBytes(to destination: UnsafeMutableRawBufferPointer, from range: Range<Int>? = nil) -> Int {
+    let total = count
+    let range = range ?? 0..<total
+    precondition(
+      range.lowerBound >= 0 && range.upperBound <= total,
+      "GCD: DispatchBuffer.copyBytes(from: \(range)): out of bounds for \(total) bytes")
+    guard let target = destination.baseAddress else { return 0 }
+    var copy = Copy(
+      target: target, start: range.lowerBound, end: range.lowerBound + Swift.min(range.count, destination.count))
+    guard copy.end > copy.start else { return 0 }
+    withUnsafeMutablePointer(to: &copy) { copy in
+      _ = Libdispatch.data_apply_f(storage.raw, copy) { context, _, offset, buffer, size in
+        let copy = context!.assumingMemoryBound(to: Copy.self)
+        let from = Swift.max(offset, copy.pointee.start)
+        let to = Swift.min(offset + size, copy.pointee.end)
+        if to > from {
+          system_memcpy(copy.pointee.target + (from - copy.pointee.start), buffer + (from - offset), to - from)
+        }
+        return offset + size < copy.pointee.end
+      }
+    }
+    return copy.end - copy.start
+  }
+
+  /// Calls `body` with all the bytes in one contiguous piece of memory.
+  ///
+  /// A buffer of one region is passed as it is; a discontiguous one is
+  /// first copied into one region (see ``contiguous()`` to keep that copy).
+  ///
+  /// - Parameter body: Receives the bytes, valid only during the call.
+  /// - Returns: What `body` returns.
+  ///
+  /// The corresponding C function is `dispatch_data_create_map`.
+  public func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+    try contiguous().withUnsafeBytes(body)
+  }
+
+  /// The bytes in one contiguous piece of memory that lives as long as the returned view.
+  ///
+  /// A buffer of one region is mapped without copying.
+  ///
+  /// The corresponding C function is `dispatch_data_create_map`.
+  public func contiguous() -> ContiguousView {
+    var base: UnsafeRawPointer?
+    var size = 0
+    let mapped = Libdispatch.data_create_map(storage.raw, &base, &size)
+    return ContiguousView(buffer: DispatchBuffer(adopting: mapped), address: UInt(bitPattern: base), count: size)
+  }
+
+  /// The bytes of a buffer in one contiguous piece of memory, kept alive by the view.
+  public struct ContiguousView: Sendable {
+    /// The contiguous buffer (one region) that holds the bytes.
+    public let buffer: DispatchBuffer
+    let address: UInt
+    let count: Int
+
+    /// Calls `body` with the bytes, which stay valid as long as this view.
+    ///
+    /// - Parameter body: Receives the bytes.
+    /// - Returns: What `body` returns.
+    public func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+      try withExtendedLifetime(buffer) {
+        try body(UnsafeRawBufferPointer(start: UnsafeRawPointer(bitPattern: address), count: count))
+      }
+    }
+  }
+}
+
+/// The context of `enumerateRegions`'s C callback.
+private struct RegionWalk {
+  var body: (UnsafeRawBufferPointer, Int) -> Bool
+}
+
+/// The context of `copyBytes`'s C callback.
+private struct Copy {
+  var target: UnsafeMutableRawPointer
+  var start: Int
+  var end: Int
+}
+
+// MARK: - Collection
+
+extension DispatchBuffer: RandomAccessCollection {
+  /// A byte offset.
+  public typealias Index = Int
+
+  /// 0.
+  public var startIndex: Int { 0 }
+
+  /// The number of bytes.
+  public var endIndex: Int { count }
+
+  /// The byte at `position`, read in place.
+  ///
+  /// - Parameter position: A byte offset in `0..<count`.
+  public subscript(position: Int) -> UInt8 {
+    let table = storage.regions
+    precondition(
+      position >= 0 && !table.regions.isEmpty
+        && position < table.regions[table.regions.count - 1].offset + table.regions[table.regions.count - 1].count,
+      "GCD: DispatchBuffer[\(position)]: out of bounds")
+    let region = table.regions[table.index(of: position)]
+    return region.base.load(fromByteOffset: position - region.offset, as: UInt8.self)
+  }
+
+  /// Walks the bytes region by region.
+  public struct Iterator: IteratorProtocol {
+    let table: RegionTable
+    var region = 0
+    var current: UnsafeRawPointer?
+    var end: UnsafeRawPointer?
+
+    init(table: RegionTable) { self.table = table }
+
+    /// The next byte, or nil after the last.
+    public mutating func next() -> UInt8? {
+      while current == end {
+        guard region < table.regions.count else { return nil }
+        let next = table.regions[region]
+        region += 1
+        current = next.base
+        end = next.base + next.count
+      }
+      defer { current! += 1 }
+      return current!.load(as: UInt8.self)
+    }
+  }
+
+  /// An iterator over the bytes, in place.
+  public func makeIterator() -> Iterator {
+    Iterator(table: storage.regions)
+  }
+
+  /// Calls `body` with the bytes when they are in one region; nil otherwise.
+  ///
+  /// - Parameter body: Receives the bytes, valid only during the call.
+  public func withContiguousStorageIfAvailable<Result>(
+    _ body: (UnsafeBufferPointer<UInt8>) throws -> Result
+  ) rethrows -> Result? {
+    let table = storage.regions
+    if table.regions.isEmpty { return try body(UnsafeBufferPointer(start: nil, count: 0)) }
+    guard table.regions.count == 1 else { return nil }
+    let region = table.regions[0]
+    return try withExtendedLifetime(storage) {
+      try body(UnsafeBufferPointer(start: region.base.assumingMemoryBound(to: UInt8.self), count: region.count))
+    }
+  }
+
+  /// Copies the bytes into `buffer` region by region (what `Array(buffer)` calls).
+  ///
+  /// - Parameter buffer: Uninitialized memory for up to `count` bytes.
+  public func _copyContents(
+    initializing buffer: UnsafeMutableBufferPointer<UInt8>
+  ) -> (Iterator, UnsafeMutableBufferPointer<UInt8>.Index) {
+    let copied = copyBytes(to: UnsafeMutableRawBufferPointer(buffer))
+    var iterator = makeIterator()
+    var skipped = 0
+    // Position the iterator after the copied bytes, a region at a time.
+    while iterator.region < iterator.table.regions.count {
+      let next = iterator.table.regions[iterator.region]
+      if skipped + next.count > copied {
+        iterator.current = next.base + (copied - skipped)
+        iterator.end = next.base + next.count
+        iterator.region += 1
+        break
+      }
+      skipped += next.count
+      iterator.region += 1
+    }
+    return (iterator, copied)
+  }
+}
+
+// MARK: - Equatable, description
+
+extension DispatchBuffer: Equatable {
+  /// Whether two buffers hold the same bytes, however they are split into regions.
+  ///
+  /// - Parameters:
+  ///   - lhs: A buffer.
+  ///   - rhs: Another buffer.
+  public static func == (lhs: DispatchBuffer, rhs: DispatchBuffer) -> Bool {
+    if lhs.storage.raw == rhs.storage.raw { return true }
+    guard lhs.count == rhs.count else { return false }
+    let left = lhs.storage.regions.regions
+    let right = rhs.storage.regions.regions
+    var (i, j, iOffset, jOffset) = (0, 0, 0, 0)
+    while i < left.count && j < right.count {
+      let length = Swift.min(left[i].count - iOffset, right[j].count - jOffset)
+      if !system_memequal(left[i].base + iOffset, right[j].base + jOffset, length) { return false }
+      iOffset += length
+      jOffset += length
+      if iOffset == left[i].count { (i, iOffset) = (i + 1, 0) }
+      if jOffset == right[j].count { (j, jOffset) = (j + 1, 0) }
+    }
+    return withExtendedLifetime((lhs, rhs)) { true }
+  }
+}
+
+extension DispatchBuffer: CustomStringConvertible {
+  /// "DispatchBuffer(12 bytes, 2 regions)".
+  public var description: String {
+    let regions = regionCount
+    return "DispatchBuffer(\(count) bytes, \(regions) region\(regions == 1 ? "" : "s"))"
+  }
+}

@@ -1,0 +1,186 @@
+import Synchronization
+
+extension IOChannel {
+  /// Reads up to `maximumLength` bytes: what has arrived, as soon as there
+  /// is at least one byte; an empty buffer at end of file.
+  ///
+  /// The package keeps one C read of `maximumLength` bytes in flight for the
+  /// channel and keeps the bytes it delivers beyond what this call returns
+  /// for the next call, so nothing read is lost. A random-access channel
+  /// reads on from where the previous call stopped. Do not mix this with
+  /// ``read(offset:length:queue:handler:)`` on the same stream channel.
+  ///
+  /// Cancelling the waiting task stops the channel (as ``close(stop:)``
+  /// does, since the bytes in flight cannot be given back to the stream)
+  /// and throws `CancellationError`; later calls throw `ECANCELED`.
+  ///
+  /// - Parameter maximumLength: The most bytes to return (0 returns an empty buffer at once).
+  /// - Returns: Between 1 and `maximumLength` bytes, or none at end of file.
+  /// - Throws: `GCDError` with the errno of a failed read (`ECONNRESET`,
+  ///   `ECANCELED` after a stop, `EBUSY` when another `read(upTo:)` is
+  ///   waiting), or `CancellationError`.
+  ///
+  /// The corresponding C function is `dispatch_io_read`.
+  public func read(upTo maximumLength: Int) async throws -> DispatchBuffer {
+    guard maximumLength >= 0 else {
+      throw GCDError(operation: "IOChannel.read(upTo: \(maximumLength))", errno: Errno.invalidArgument)
+    }
+    let reader = self.reader
+    var busy = false
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { continuation in
+        let action = reader.state.withLock { $0.read(upTo: maximumLength, continuation) }
+        if case .busy = action { busy = true }
+        perform(action, reader)
+        // A cancellation that came before the wait was registered found no waiter.
+        if Task.isCancelled { perform(reader.state.withLock { $0.cancel() }, reader) }
+      }
+    } onCancel: {
+      perform(reader.state.withLock { $0.cancel() }, reader)
+    }
+    do {
+      if busy { throw ReadFailure.errno(Errno.busy) }
+      return try reader.state.withLock { $0.takeHandoff() }.get()
+    } catch let failure as ReadFailure {
+      switch failure {
+      case .cancelled: throw CancellationError()
+      case .errno(let error):
+        throw GCDError(
+          operation: "IOChannel.read(upTo: \(maximumLength))", errno: error,
+          detail: error == Errno.busy ? "another read(upTo:) of this channel is waiting" : nil)
+      }
+    }
+  }
+
+  /// Carries out what the read state machine asked for, outside its lock.
+  private func perform(_ action: ReadStateMachine.Action, _ reader: ChannelReader) {
+    switch action {
+    case .none: break
+    case .wake(let continuation), .busy(let continuation): continuation.resume()
+    case .stop: close(stop: true)
+    case .read(let offset, let length):
+      guard let raw else {
+        let (resume, _) = reader.state.withLock { $0.delivered(done: true, data: nil, error: failure) }
+        perform(resume, reader)
+        return
+      }
+      Libdispatch.io_read_f(
+        raw, offset, length, reader.queue.raw,
+        Unmanaged.passRetained(
+          HandlerBox { [weak self] done, data, error in
+            let (resume, next) = reader.state.withLock { $0.delivered(done: done, data: data, error: error) }
+            if case .wake(let continuation) = resume { continuation.resume() }
+            if case .read = next {
+              // A caller is still waiting after a complete read: read on. The
+              // channel is alive (a waiter holds it) unless it was dropped.
+              if let self { self.perform(next, reader) } else { Self.failDropped(reader) }
+            }
+          }
+        ).toOpaque(), handlerTrampoline)
+    }
+  }
+
+  /// The channel was dropped while a reader waited for more: end that wait.
+  private static func failDropped(_ reader: ChannelReader) {
+    let (resume, _) = reader.state.withLock { $0.delivered(done: true, data: nil, error: Errno.canceled) }
+    if case .wake(let continuation) = resume { continuation.resume() }
+  }
+
+  /// Writes `data` and returns once all of it is written.
+  ///
+  /// Cancelling the waiting task stops the channel and throws `CancellationError`.
+  ///
+  /// - Parameter data: The bytes to write.
+  /// - Throws: `GCDError` with the errno of the failed write (`EPIPE` when
+  ///   the reader is gone, `ECANCELED` after a stop), or `CancellationError`.
+  ///
+  /// The corresponding C function is `dispatch_io_write`.
+  public func write(_ data: DispatchBuffer) async throws {
+    let cancelled = Atomic(false)
+    let error: Int32 = await withTaskCancellationHandler {
+      await withCheckedContinuation { continuation in
+        write(data: data, queue: .global()) { done, _, error in
+          if done { continuation.resume(returning: error) }
+        }
+      }
+    } onCancel: {
+      cancelled.store(true, ordering: .sequentiallyConsistent)
+      close(stop: true)
+    }
+    if error == 0 { return }
+    if error == Errno.canceled && cancelled.load(ordering: .sequentiallyConsistent) { throw CancellationError() }
+    throw GCDError(operation: "IOChannel.write(\(data.count) bytes)", errno: error)
+  }
+
+  /// Writes a copy of `bytes` and returns once all of it is written.
+  ///
+  /// - Parameter bytes: The bytes to write.
+  /// - Throws: `GCDError` with the errno of the failed write, or `CancellationError`.
+  ///
+  /// The corresponding C function is `dispatch_io_write`.
+  public func write(_ bytes: [UInt8]) async throws { try await write(DispatchBuffer(bytes)) }
+
+  /// The bytes of a stream channel as they arrive, in chunks of at most
+  /// `maximumLength` bytes, until end of file.
+  ///
+  /// Back-pressure: a chunk is read only when the loop asks for the next
+  /// one, and at most one C read of `maximumLength` bytes is in flight, so
+  /// a slow consumer holds at most that much in memory (lower the
+  /// channel's high-water mark to make each delivery smaller). Leaving the
+  /// loop early — `break`, a thrown error, a cancelled task — stops the
+  /// channel (``close(stop:)``); after the end of file the channel stays
+  /// open, for example to write an answer on a half-closed socket.
+  ///
+  /// - Parameter maximumLength: The most bytes per chunk.
+  /// - Returns: A sequence of non-empty buffers.
+  ///
+  /// The corresponding C function is `dispatch_io_read`.
+  public func chunks(maximumLength: Int = 64 * 1024) -> Chunks { Chunks(channel: self, maximumLength: maximumLength) }
+
+  /// The chunks of a stream channel (see ``IOChannel/chunks(maximumLength:)``).
+  public struct Chunks: AsyncSequence, Sendable {
+    /// A chunk of bytes.
+    public typealias Element = DispatchBuffer
+    let channel: IOChannel
+    let maximumLength: Int
+
+    /// Reads the chunks; dropping it before the end stops the channel.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+      let owner: StopOnRelease
+
+      /// The next chunk, or nil at end of file.
+      public mutating func next() async throws -> DispatchBuffer? {
+        if owner.finished.load(ordering: .acquiring) { return nil }
+        do {
+          let chunk = try await owner.channel.read(upTo: owner.maximumLength)
+          if chunk.isEmpty {
+            owner.finished.store(true, ordering: .releasing)
+            return nil
+          }
+          return chunk
+        } catch {
+          owner.finished.store(true, ordering: .releasing)
+          throw error
+        }
+      }
+    }
+
+    /// An iterator over the chunks.
+    public func makeAsyncIterator() -> AsyncIterator {
+      AsyncIterator(owner: StopOnRelease(channel: channel, maximumLength: maximumLength))
+    }
+  }
+
+  /// Stops the channel when the last copy of an iterator is gone before
+  /// the end (end of file or an error), so that no read is left waiting.
+  final class StopOnRelease: Sendable {
+    let channel: IOChannel
+    let maximumLength: Int
+    let finished = Atomic(false)
+    init(channel: IOChannel, maximumLength: Int) {
+      self.channel = channel
+      self.maximumLength = max(maximumLength, 1)
+    }
+    deinit { if !finished.load(ordering: .acquiring) { channel.close(stop: true) } }
+  }
+}

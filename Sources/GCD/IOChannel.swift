@@ -1,0 +1,478 @@
+import Synchronization
+
+/// A channel for reading and writing a file descriptor asynchronously:
+/// libdispatch's `dispatch_io`, with its handlers, limits, intervals and
+/// barriers, made safe to drop.
+///
+/// A **stream** channel (pipes, sockets, terminals, or a file read in order)
+/// reads and writes in sequence; a **random-access** channel (regular files)
+/// reads and writes at offsets. Reads and writes deliver their bytes as
+/// ``DispatchBuffer``s to a handler on the queue passed to each call; the
+/// cleanup handler, given at creation, runs once on the creation queue when
+/// the channel is done with the descriptor.
+///
+/// What the package adds to the C channel, each for a trap of libdispatch on
+/// Linux (docs/io.md lists them):
+/// - Dropping the last reference stops the channel (`dispatch_io_close` with
+///   `DISPATCH_IO_STOP`): pending reads end with `ECANCELED`, and the
+///   descriptor is let go, instead of being held until end of file.
+/// - A stream channel starts with a low-water mark of 1 byte, so each read
+///   delivers what arrives (libdispatch's default, one 1 MiB chunk, holds
+///   back every smaller amount). Set your own with ``setLimit(lowWater:highWater:)``.
+/// - A write to a pipe or socket whose reader is gone fails with `EPIPE`
+///   instead of killing the process: the first channel installs a
+///   do-nothing `SIGPIPE` handler if the signal still has its default
+///   disposition (see docs/io.md).
+/// - ``init(path:flags:mode:type:queue:cleanup:)`` opens the file itself and
+///   throws at once (a relative path, a missing file, a FIFO for random
+///   access), where the C function returns NULL or reports the error later.
+///
+/// A stream channel sets `O_NONBLOCK` on the descriptor and restores the
+/// original flags before the cleanup handler runs.
+///
+/// Not fixed here: with one long write in flight while reads run on the same
+/// socket channel, libdispatch can stall (no handler is called again). Give
+/// such a write its own channel over `dup(fd)`; see docs/io.md.
+///
+/// `Sendable`: libdispatch channels are thread-safe.
+///
+/// The corresponding C type is `dispatch_io_t`.
+public final class IOChannel: @unchecked Sendable {  // the C channel is thread-safe; `reader` is behind a Mutex
+  /// How a channel reaches the bytes of its descriptor.
+  public enum ChannelType: Sendable, Hashable {
+    /// In sequence, ignoring offsets (pipes, sockets, any descriptor).
+    ///
+    /// The corresponding C constant is `DISPATCH_IO_STREAM`.
+    case stream
+    /// At offsets from the file position at creation (regular files only).
+    ///
+    /// The corresponding C constant is `DISPATCH_IO_RANDOM`.
+    case randomAccess
+
+    var raw: UInt { self == .stream ? Libdispatch.ioStream : Libdispatch.ioRandom }
+  }
+
+  /// What a read or write handler receives: whether the operation is
+  /// complete, the bytes read (for a write, the bytes not yet written),
+  /// and an `errno` value (0 for none).
+  public typealias Handler = @Sendable (_ done: Bool, _ data: DispatchBuffer?, _ error: Int32) -> Void
+
+  /// The C channel; nil when the descriptor was unusable from the start.
+  @usableFromInline let raw: OpaquePointer?
+  /// The errno value of an unusable descriptor (0 when `raw` exists).
+  let failure: Int32
+  /// The channel's type.
+  public let type: ChannelType
+  let reader: ChannelReader
+
+  /// The C channel, borrowed: valid while this wrapper is alive. Do not
+  /// release it. Nil for a channel over a descriptor that was unusable from
+  /// the start (see ``init(fileDescriptor:type:queue:cleanup:)``).
+  public var unsafeObject: OpaquePointer? { raw }
+
+  /// Creates a channel over a descriptor you opened.
+  ///
+  /// The descriptor stays yours: do not close it, or use it elsewhere, until
+  /// `cleanup` runs; close it there. An invalid descriptor (`EBADF`), a
+  /// directory (`EISDIR`) or a pipe or socket for random access (`ESPIPE`)
+  /// is reported to every read and write, and `cleanup` runs at once. (The
+  /// package checks these itself with `fstat`: libdispatch would run the
+  /// cleanup while it still keeps a record of the descriptor number, so a
+  /// descriptor opened later with the same number would inherit the error.)
+  ///
+  /// - Parameters:
+  ///   - fileDescriptor: The open descriptor.
+  ///   - type: Stream or random access.
+  ///   - queue: Where `cleanup` runs.
+  ///   - cleanup: Called once with the descriptor when the channel no
+  ///     longer uses it (after ``close(stop:)``, or when the channel is
+  ///     dropped and its operations have ended).
+  ///
+  /// The corresponding C function is `dispatch_io_create`.
+  public convenience init(
+    fileDescriptor: Int32, type: ChannelType, queue: Queue, cleanup: @escaping @Sendable (Int32) -> Void
+  ) {
+    self.init(descriptor: fileDescriptor, type: type, queue: queue, closing: false, cleanup: cleanup)
+  }
+
+  /// Opens `path` and creates a channel that owns the descriptor.
+  ///
+  /// The file is opened at once with `open(2)` (close-on-exec), so errors
+  /// are thrown here; a relative path is resolved against the current
+  /// directory now. The channel closes the descriptor itself, just before
+  /// `cleanup` runs. (Opening a FIFO blocks until the other end is opened,
+  /// as `open` does, unless `flags` has `O_NONBLOCK`.)
+  ///
+  /// - Parameters:
+  ///   - path: The file to open.
+  ///   - flags: `open(2)` flags such as `O_RDONLY`, `O_WRONLY | O_CREAT`.
+  ///   - mode: The permissions of a file `O_CREAT` creates (`mode_t`).
+  ///   - type: Stream or random access.
+  ///   - queue: Where `cleanup` runs.
+  ///   - cleanup: Called once with the (already closed) descriptor number
+  ///     when the channel is done with the file.
+  /// - Throws: `GCDError` with `open`'s errno (`ENOENT`, `EACCES`, …),
+  ///   `EISDIR` for a directory, `ESPIPE` for a FIFO or socket opened for random access.
+  ///
+  /// The corresponding C function is `dispatch_io_create_with_path`.
+  public convenience init(
+    path: String, flags: Int32, mode: UInt32 = 0o644, type: ChannelType, queue: Queue,
+    cleanup: @escaping @Sendable (Int32) -> Void = { _ in }
+  ) throws(GCDError) {
+    let operation = "IOChannel(path: \"\(path)\", flags: \(flags))"
+    let descriptor = try checkedCall(operation) { system_open(path, flags, mode) }
+    var failure: Int32?
+    if let status = system_fstat(descriptor) {
+      if status.isDirectory { failure = Errno.isDirectory }
+      if status.isStream && type == .randomAccess { failure = Errno.illegalSeek }
+    } else {
+      failure = system_errno
+    }
+    if let failure {
+      system_close(descriptor)
+      throw GCDError(
+        operation: operation, errno: failure,
+        detail: failure == Errno.illegalSeek ? "a FIFO or socket can only be read as a stream" : nil)
+    }
+    self.init(descriptor: descriptor, type: type, queue: queue, closing: true, cleanup: cleanup)
+  }
+
+  /// Creates a channel of another type over the same descriptor as `channel`.
+  ///
+  /// The descriptor is let go (and `channel`'s cleanup runs) only when
+  /// every channel over it is done.
+  ///
+  /// - Parameters:
+  ///   - channel: The channel whose descriptor to share.
+  ///   - type: Stream or random access.
+  ///   - queue: Where `cleanup` runs.
+  ///   - cleanup: Called once with the descriptor when this channel no longer uses it.
+  ///
+  /// The corresponding C function is `dispatch_io_create_with_io`.
+  public init(
+    channel: IOChannel, type: ChannelType, queue: Queue, cleanup: @escaping @Sendable (Int32) -> Void = { _ in }
+  ) {
+    system_catchBrokenPipe()
+    let descriptor = channel.reader.descriptor
+    self.type = type
+    reader = ChannelReader(descriptor: descriptor)
+    var failure = channel.failure
+    if failure == 0, let status = system_fstat(descriptor), status.isStream, type == .randomAccess {
+      failure = Errno.illegalSeek
+    }
+    guard failure == 0, let source = channel.raw else {
+      self.raw = nil
+      self.failure = failure
+      queue.async { cleanup(descriptor) }
+      return
+    }
+    let box = CleanupBox(descriptor: descriptor, closing: false, body: cleanup)
+    guard
+      let raw = Libdispatch.io_create_with_io_f(
+        type.raw, source, queue.raw, Unmanaged.passRetained(box).toOpaque(), cleanupTrampoline)
+    else { fatalError("GCD: IOChannel(channel:): dispatch_io_create_with_io returned NULL") }
+    self.raw = raw
+    self.failure = 0
+    if type == .stream { Libdispatch.io_set_low_water(raw, 1) }
+  }
+
+  init(descriptor: Int32, type: ChannelType, queue: Queue, closing: Bool, cleanup: @escaping @Sendable (Int32) -> Void)
+  {
+    system_catchBrokenPipe()
+    self.type = type
+    reader = ChannelReader(descriptor: descriptor)
+    var failure: Int32 = 0
+    if let status = system_fstat(descriptor) {
+      if status.isDirectory { failure = Errno.isDirectory }
+      if status.isStream && type == .randomAccess { failure = Errno.illegalSeek }
+    } else {
+      failure = system_errno
+    }
+    guard failure == 0 else {
+      raw = nil
+      self.failure = failure
+      queue.async {
+        if closing { system_close(descriptor) }
+        cleanup(descriptor)
+      }
+      return
+    }
+    let box = CleanupBox(descriptor: descriptor, closing: closing, body: cleanup)
+    guard
+      let raw = Libdispatch.io_create_f(
+        type.raw, descriptor, queue.raw, Unmanaged.passRetained(box).toOpaque(), cleanupTrampoline)
+    else { fatalError("GCD: IOChannel(fileDescriptor: \(descriptor)): dispatch_io_create returned NULL") }
+    self.raw = raw
+    self.failure = 0
+    if type == .stream { Libdispatch.io_set_low_water(raw, 1) }
+  }
+
+  deinit {
+    guard let raw else { return }
+    Libdispatch.io_close(raw, Libdispatch.ioStop)
+    Libdispatch.release(raw)
+  }
+
+  /// The descriptor, or -1 once the channel is closed.
+  ///
+  /// The corresponding C function is `dispatch_io_get_descriptor`.
+  public var fileDescriptor: Int32 { raw.map(Libdispatch.io_get_descriptor) ?? -1 }
+
+  // MARK: Reading and writing
+
+  /// Reads up to `length` bytes, delivering them to `handler` on `queue`
+  /// as they arrive.
+  ///
+  /// The handler runs one or more times: with `done` false and some bytes
+  /// each time the low-water mark or the interval is reached, then once
+  /// with `done` true when `length` bytes were read, at end of file (data
+  /// empty or short, error 0), or on an error (errno; `ECANCELED` after
+  /// ``close(stop:)``). A negative `length` ends at once with `EINVAL`.
+  ///
+  /// libdispatch submits each handler call to `queue` separately: on a
+  /// concurrent queue the calls of one read can run at the same time and
+  /// out of order. Pass a serial queue when the order of the bytes matters.
+  ///
+  /// - Parameters:
+  ///   - offset: For a random-access channel, where to start, relative to
+  ///     the file position at creation; ignored by a stream channel.
+  ///   - length: The most bytes to read; `Int.max` reads to end of file.
+  ///   - queue: Where `handler` runs.
+  ///   - handler: Receives `done`, the bytes and an errno value.
+  ///
+  /// The corresponding C function is `dispatch_io_read`.
+  public func read(offset: Int = 0, length: Int, queue: Queue, handler: @escaping Handler) {
+    guard let raw, length >= 0 else {
+      let error = failure != 0 ? failure : Errno.invalidArgument
+      queue.async { handler(true, nil, error) }
+      return
+    }
+    Libdispatch.io_read_f(
+      raw, offset, length, queue.raw, Unmanaged.passRetained(HandlerBox(handler)).toOpaque(), handlerTrampoline)
+  }
+
+  /// Writes `data`, reporting progress to `handler` on `queue`.
+  ///
+  /// The handler runs with `done` false and the bytes still to write as
+  /// parts are written (when the low-water mark or interval says so), then
+  /// once with `done` true: error 0 when everything was written, otherwise
+  /// an errno value (`EPIPE` when the reader is gone) and the unwritten rest.
+  ///
+  /// - Parameters:
+  ///   - offset: For a random-access channel, where to start, relative to
+  ///     the file position at creation; ignored by a stream channel.
+  ///   - data: The bytes to write.
+  ///   - queue: Where `handler` runs.
+  ///   - handler: Receives `done`, the unwritten bytes and an errno value.
+  ///
+  /// The corresponding C function is `dispatch_io_write`.
+  public func write(
+    offset: Int = 0, data: DispatchBuffer, queue: Queue, handler: @escaping Handler = { _, _, _ in }
+  ) {
+    guard let raw else {
+      let error = failure
+      queue.async { handler(true, data, error) }
+      return
+    }
+    Libdispatch.io_write_f(
+      raw, offset, data.storage.raw, queue.raw, Unmanaged.passRetained(HandlerBox(handler)).toOpaque(),
+      handlerTrampoline)
+  }
+
+  /// Writes a copy of `bytes`, reporting progress to `handler` on `queue`.
+  ///
+  /// - Parameters:
+  ///   - offset: For a random-access channel, where to start; ignored by a stream channel.
+  ///   - data: The bytes to write.
+  ///   - queue: Where `handler` runs.
+  ///   - handler: Receives `done`, the unwritten bytes and an errno value.
+  ///
+  /// The corresponding C function is `dispatch_io_write`.
+  public func write(offset: Int = 0, data: [UInt8], queue: Queue, handler: @escaping Handler = { _, _, _ in }) {
+    write(offset: offset, data: DispatchBuffer(data), queue: queue, handler: handler)
+  }
+
+  // MARK: Limits, intervals, barriers, closing
+
+  /// Sets how many bytes a read or write gathers before its handler runs
+  /// (`lowWater`) and the most one handler call delivers (`highWater`).
+  ///
+  /// Stream channels of this package start at a low-water mark of 1 byte
+  /// (deliver what arrives); random-access channels at libdispatch's
+  /// default (one chunk, 1 MiB). A nil value leaves that mark as it is.
+  /// Negative values are clamped to 0.
+  ///
+  /// - Parameters:
+  ///   - lowWater: The fewest bytes per handler call, except the last.
+  ///   - highWater: The most bytes per handler call.
+  ///
+  /// The corresponding C functions are `dispatch_io_set_low_water` and `dispatch_io_set_high_water`.
+  public func setLimit(lowWater: Int? = nil, highWater: Int? = nil) {
+    guard let raw else { return }
+    if let lowWater { Libdispatch.io_set_low_water(raw, max(lowWater, 0)) }
+    if let highWater { Libdispatch.io_set_high_water(raw, max(highWater, 0)) }
+  }
+
+  /// Makes handlers run at least every `interval` while an operation
+  /// progresses.
+  ///
+  /// Without `strict`, a handler still waits for the low-water mark; with
+  /// it, the handler runs at each interval with what has arrived, however little.
+  ///
+  /// - Parameters:
+  ///   - interval: The longest time between handler calls.
+  ///   - strict: Deliver at each interval even below the low-water mark.
+  ///
+  /// The corresponding C function is `dispatch_io_set_interval`.
+  public func setInterval(_ interval: Duration, strict: Bool = false) {
+    guard let raw else { return }
+    let (seconds, attoseconds) = interval.components
+    let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds / 1_000_000_000)
+    Libdispatch.io_set_interval(raw, UInt64(nanoseconds), strict ? Libdispatch.ioStrictInterval : 0)
+  }
+
+  /// Runs `body` once every operation submitted before it has ended, and
+  /// before any submitted after it starts.
+  ///
+  /// Inside `body`, ``fileDescriptor`` is valid for direct calls such as `fsync`.
+  ///
+  /// - Parameter body: The work, run on a libdispatch queue of the channel.
+  ///
+  /// The corresponding C function is `dispatch_io_barrier`.
+  public func barrier(_ body: @escaping @Sendable () -> Void) {
+    guard let raw else {
+      Queue.global().async(body)
+      return
+    }
+    Libdispatch.io_barrier_f(raw, Unmanaged.passRetained(WorkBox(body)).toOpaque(), barrierTrampoline)
+  }
+
+  /// Closes the channel: no operation can be submitted after this.
+  ///
+  /// Without `stop`, submitted operations run to their end (a read waiting
+  /// on a pipe that never gets data keeps waiting, and holds the
+  /// descriptor); with `stop`, they end at once with `ECANCELED`. Either
+  /// way the cleanup handler runs once they have ended.
+  ///
+  /// - Parameter stop: End the submitted operations now.
+  ///
+  /// The corresponding C function is `dispatch_io_close`.
+  public func close(stop: Bool = false) {
+    guard let raw else { return }
+    Libdispatch.io_close(raw, stop ? Libdispatch.ioStop : 0)
+  }
+
+  // MARK: One-shot operations
+
+  /// Reads up to `length` bytes from a descriptor, once, without a channel
+  /// of your own.
+  ///
+  /// The handler runs once with all the bytes read (fewer at end of file)
+  /// and an errno value. The descriptor must stay open until then; in the
+  /// handler you may close it. (libdispatch's `dispatch_read` calls its
+  /// handler while its internal record of the descriptor still exists and
+  /// the descriptor is still non-blocking, so closing it there and opening
+  /// another descriptor with the same number can attach the new one to the
+  /// dying record. This function therefore reads through a stream channel
+  /// and calls `handler` from the channel's cleanup, after libdispatch has
+  /// let go of the descriptor and restored its flags.)
+  ///
+  /// - Parameters:
+  ///   - fileDescriptor: The descriptor to read.
+  ///   - length: The most bytes to read.
+  ///   - queue: Where `handler` runs.
+  ///   - handler: Receives the bytes and an errno value (0 for none).
+  ///
+  /// The corresponding C function is `dispatch_read`.
+  public static func read(
+    fileDescriptor: Int32, length: Int, queue: Queue,
+    handler: @escaping @Sendable (_ data: DispatchBuffer, _ error: Int32) -> Void
+  ) {
+    let outcome = Mutex((DispatchBuffer(), Int32(0)))
+    let channel = IOChannel(descriptor: fileDescriptor, type: .stream, queue: queue, closing: false) { _ in
+      let (data, error) = outcome.withLock { $0 }
+      handler(data, error)
+    }
+    // The deliveries are gathered on a serial queue (on a concurrent `queue`
+    // they could run out of order); `handler` runs on `queue`, from the cleanup.
+    channel.read(length: length, queue: Queue(label: "GCD.IOChannel.read(fileDescriptor:)")) { done, data, error in
+      outcome.withLock {
+        if let data { $0.0.append(data) }
+        if done { $0.1 = error }
+      }
+      if done { channel.close() }
+    }
+  }
+
+  /// Writes `data` to a descriptor, once, without a channel of your own.
+  ///
+  /// The handler runs once: error 0 when everything was written, otherwise
+  /// an errno value (`EPIPE` when the reader is gone) and the unwritten
+  /// rest. As for ``read(fileDescriptor:length:queue:handler:)``, it runs
+  /// after libdispatch has let go of the descriptor, so it may close it.
+  ///
+  /// - Parameters:
+  ///   - fileDescriptor: The descriptor to write.
+  ///   - data: The bytes to write.
+  ///   - queue: Where `handler` runs.
+  ///   - handler: Receives the unwritten bytes (empty when all were written) and an errno value.
+  ///
+  /// The corresponding C function is `dispatch_write`.
+  public static func write(
+    fileDescriptor: Int32, data: DispatchBuffer, queue: Queue,
+    handler: @escaping @Sendable (_ remaining: DispatchBuffer, _ error: Int32) -> Void
+  ) {
+    let outcome = Mutex((DispatchBuffer(), Int32(0)))
+    let channel = IOChannel(descriptor: fileDescriptor, type: .stream, queue: queue, closing: false) { _ in
+      let (remaining, error) = outcome.withLock { $0 }
+      handler(remaining, error)
+    }
+    channel.write(data: data, queue: queue) { done, remaining, error in
+      guard done else { return }
+      outcome.withLock { $0 = (remaining ?? DispatchBuffer(), error) }
+      channel.close()
+    }
+  }
+}
+
+// MARK: - Trampolines (one per C callback type; each context is a retained box)
+
+/// The cleanup handler and what the package does before it.
+private final class CleanupBox {
+  let descriptor: Int32
+  let closing: Bool
+  let body: @Sendable (Int32) -> Void
+  init(descriptor: Int32, closing: Bool, body: @escaping @Sendable (Int32) -> Void) {
+    self.descriptor = descriptor
+    self.closing = closing
+    self.body = body
+  }
+}
+
+private func cleanupTrampoline(_ context: UnsafeMutableRawPointer?, _ error: Int32) {
+  let box = Unmanaged<CleanupBox>.fromOpaque(context!).takeRetainedValue()
+  if box.closing { system_close(box.descriptor) }
+  box.body(box.descriptor)
+}
+
+/// A read or write handler, released after its `done` call.
+final class HandlerBox {
+  let body: IOChannel.Handler
+  init(_ body: @escaping IOChannel.Handler) { self.body = body }
+}
+
+let handlerTrampoline: Libdispatch.IOHandler = { context, done, data, error in
+  let box = Unmanaged<HandlerBox>.fromOpaque(context!)
+  let buffer = data.map { DispatchBuffer(borrowing: OpaquePointer($0)) }
+  box.takeUnretainedValue().body(done, buffer, error)
+  if done { box.release() }
+}
+
+private final class WorkBox {
+  let body: @Sendable () -> Void
+  init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+}
+
+private func barrierTrampoline(_ context: UnsafeMutableRawPointer?) {
+  Unmanaged<WorkBox>.fromOpaque(context!).takeRetainedValue().body()
+}

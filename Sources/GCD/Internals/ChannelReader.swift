@@ -1,0 +1,149 @@
+import Synchronization
+
+/// The state behind `IOChannel.read(upTo:)`: one C read at a time, bytes it
+/// delivers beyond what the waiting caller asked for kept for the next call.
+///
+/// In the style of swift-async-algorithms: the state machine below runs
+/// under the lock and returns an action; continuations are resumed outside
+/// the lock; task cancellation enters as an event; each waiter is resumed
+/// exactly once. The outcome itself is handed over through the state (the
+/// woken task takes it under the lock), so every buffer crosses threads
+/// under the Mutex.
+final class ChannelReader: Sendable {
+  /// The descriptor the channel was created over (for `IOChannel(channel:)`'s cleanup).
+  let descriptor: Int32
+  let state = Mutex(ReadStateMachine())
+  /// Where the C reads' handlers run: serial, because libdispatch submits
+  /// each delivery separately and a concurrent queue could run them out of
+  /// order (bytes swapped, or the final `done` before the last bytes).
+  let queue = Queue(label: "GCD.IOChannel.read(upTo:)")
+
+  init(descriptor: Int32) { self.descriptor = descriptor }
+}
+
+/// What a `read(upTo:)` gets: bytes (empty at end of file) or an errno value.
+typealias ReadOutcome = Result<DispatchBuffer, ReadFailure>
+
+/// Why a `read(upTo:)` failed.
+enum ReadFailure: Error {
+  /// An errno value from libdispatch (or EBUSY: another read was waiting).
+  case errno(Int32)
+  /// The waiting task was cancelled (the channel was stopped for it).
+  case cancelled
+}
+
+struct ReadStateMachine: ~Copyable {
+  typealias Continuation = CheckedContinuation<Void, Never>
+
+  /// Delivered bytes no caller has taken yet.
+  private var pending = DispatchBuffer()
+  /// Whether a C read is in flight, and how many bytes it asked for and got.
+  private var outstanding = false
+  private var requested = 0
+  private var received = 0
+  /// For a random-access channel: where the next C read starts.
+  private var offset = 0
+  /// How the channel's reading ended: nil while it goes on, 0 at end of
+  /// file, otherwise the errno value.
+  private var ended: Int32?
+  /// The task cancelled while waiting (the error that follows is its cancellation).
+  private var cancelled = false
+  private var waiter: (continuation: Continuation, limit: Int)?
+  /// The outcome for the waiter just woken, until it takes it.
+  private var handoff: ReadOutcome?
+
+  /// What the caller of an event must do once the lock is released.
+  enum Action {
+    case none
+    /// Resume the continuation: its outcome is in the hand-off slot.
+    case wake(Continuation)
+    /// Resume the continuation: another read is waiting (`EBUSY`), nothing is handed over.
+    case busy(Continuation)
+    /// Start a C read of `length` bytes at `offset`.
+    case read(offset: Int, length: Int)
+    /// Stop the channel (a waiting task was cancelled).
+    case stop
+  }
+
+  /// A task asks for up to `limit` bytes.
+  mutating func read(upTo limit: Int, _ continuation: Continuation) -> Action {
+    if waiter != nil || handoff != nil { return .busy(continuation) }
+    if !pending.isEmpty { return hand(.success(take(limit)), to: continuation) }
+    if let ended { return hand(outcome(ended), to: continuation) }
+    if limit == 0 { return hand(.success(DispatchBuffer()), to: continuation) }
+    waiter = (continuation, limit)
+    return outstanding ? .none : start(limit)
+  }
+
+  /// The woken task takes its outcome.
+  mutating func takeHandoff() -> ReadOutcome {
+    defer { handoff = nil }
+    return handoff ?? .failure(.errno(Errno.busy))
+  }
+
+  private mutating func hand(_ outcome: ReadOutcome, to continuation: Continuation) -> Action {
+    handoff = outcome
+    return .wake(continuation)
+  }
+
+  /// The C read delivered bytes, ended, or both.
+  mutating func delivered(done: Bool, data: DispatchBuffer?, error: Int32) -> (resume: Action, next: Action) {
+    var resume = Action.none
+    if let data, !data.isEmpty {
+      received += data.count
+      pending.append(data)
+      if let (continuation, limit) = waiter {
+        waiter = nil
+        resume = hand(.success(take(limit)), to: continuation)
+      }
+    }
+    guard done else { return (resume, .none) }
+    outstanding = false
+    offset += received
+    if error != 0 {
+      ended = error
+    } else if received < requested {
+      ended = 0
+    }
+    if let (continuation, _) = waiter {
+      if let ended {
+        waiter = nil
+        return (hand(outcome(ended), to: continuation), .none)
+      }
+      return (resume, start(waiter!.limit))
+    }
+    return (resume, .none)
+  }
+
+  /// The waiting task was cancelled.
+  mutating func cancel() -> Action {
+    guard waiter != nil else { return .none }
+    cancelled = true
+    return .stop
+  }
+
+  private mutating func start(_ length: Int) -> Action {
+    outstanding = true
+    requested = length
+    received = 0
+    return .read(offset: offset, length: length)
+  }
+
+  private mutating func take(_ limit: Int) -> DispatchBuffer {
+    if pending.count <= limit {
+      defer { pending = DispatchBuffer() }
+      return pending
+    }
+    defer { pending = pending.extracting(limit..<pending.count) }
+    return pending.extracting(0..<limit)
+  }
+
+  /// The outcome for a waiter once reading has ended; a cancellation is
+  /// reported to the waiter it was for, later callers get `ECANCELED`.
+  private mutating func outcome(_ ended: Int32) -> ReadOutcome {
+    defer { cancelled = false }
+    if ended == 0 { return .success(DispatchBuffer()) }
+    if ended == Errno.canceled && cancelled { return .failure(.cancelled) }
+    return .failure(.errno(ended))
+  }
+}

@@ -1,0 +1,915 @@
+import GCD
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// MARK: - Helpers
+
+/// What `/proc/self/fd/N` says `descriptor` is ("pipe:[123]", "socket:[456]"):
+/// unique per kernel object, so a test can check that no descriptor of this
+/// process still refers to it, whatever numbers other tests reuse meanwhile.
+private func kernelObject(_ descriptor: Int32) -> String {
+  openDescriptorTargets()[descriptor] ?? "?"
+}
+
+/// Whether `descriptor` is still open as `object` (both ends of a pipe are
+/// the same object, so for one end the number matters too).
+private func isOpen(_ descriptor: Int32, as object: String) -> Bool {
+  openDescriptorTargets()[descriptor] == object
+}
+
+/// Whether any open descriptor still refers to `object`.
+private func isHeld(_ object: String) -> Bool { openDescriptorTargets().values.contains(object) }
+
+/// A connected TCP pair on 127.0.0.1 (blocking, close-on-exec).
+private func tcpPair() -> (client: Int32, server: Int32) {
+  let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+  precondition(listener >= 0, "socket: errno \(errno)")
+  defer { close(listener) }
+  var address = sockaddr_in()
+  address.sin_family = sa_family_t(AF_INET)
+  address.sin_addr.s_addr = inet_addr("127.0.0.1")
+  var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+  withUnsafeMutablePointer(to: &address) { pointer in
+    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+      precondition(bind(listener, generic, length) == 0, "bind: errno \(errno)")
+      precondition(listen(listener, 4) == 0, "listen: errno \(errno)")
+      precondition(getsockname(listener, generic, &length) == 0, "getsockname: errno \(errno)")
+    }
+  }
+  let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+  let connected = withUnsafePointer(to: &address) {
+    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
+  }
+  precondition(connected == 0, "connect: errno \(errno)")
+  let server = accept(listener, nil, nil)
+  precondition(server >= 0, "accept: errno \(errno)")
+  _ = fcntl(server, F_SETFD, FD_CLOEXEC)
+  return (client, server)
+}
+
+/// `count` random bytes from /dev/urandom.
+private func randomBuffer(_ count: Int) -> DispatchBuffer {
+  let memory = malloc(count)!
+  let fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC)
+  var filled = 0
+  while filled < count {
+    let got = read(fd, memory + filled, count - filled)
+    precondition(got > 0, "urandom: errno \(errno)")
+    filled += got
+  }
+  close(fd)
+  return DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(start: memory, count: count), deallocator: .free)
+}
+
+/// An FNV-1a checksum over 8-byte words (and the tail bytes), region by region.
+private func checksum(_ buffer: DispatchBuffer) -> UInt64 {
+  var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+  var carry: [UInt8] = []
+  func mix(_ word: UInt64) { hash = (hash ^ word) &* 0x100_0000_01b3 }
+  buffer.enumerateRegions { bytes, _ in
+    var index = 0
+    while !carry.isEmpty && index < bytes.count {
+      carry.append(bytes[index])
+      index += 1
+      if carry.count == 8 {
+        mix(carry.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) })
+        carry.removeAll()
+      }
+    }
+    while index + 8 <= bytes.count {
+      mix(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self))
+      index += 8
+    }
+    carry.append(contentsOf: bytes[index...])
+    return true
+  }
+  for byte in carry { mix(UInt64(byte)) }
+  return hash
+}
+
+/// Waits (without blocking a thread) until `condition` holds or the generous timeout passes.
+private func eventually(_ condition: @Sendable () -> Bool) async -> Bool {
+  let deadline = ContinuousClock.now + generousTimeout
+  while !condition() {
+    if ContinuousClock.now >= deadline { return false }
+    try? await Task.sleep(for: .milliseconds(2))
+  }
+  return true
+}
+
+/// What a read or write handler saw: each call's bytes, and the final errno.
+private final class Operation: Sendable {
+  let deliveries = Mutex<[(done: Bool, count: Int)]>([])
+  let bytes = Mutex(DispatchBuffer())
+  let error = Mutex<Int32?>(nil)
+  let finished = Event()
+  let delivered = Event()
+
+  var handler: IOChannel.Handler {
+    { done, data, error in
+      self.deliveries.withLock { $0.append((done, data?.count ?? 0)) }
+      if let data, !data.isEmpty {
+        self.bytes.withLock { $0.append(data) }
+        self.delivered.signal()
+      }
+      if done {
+        self.error.withLock { $0 = error }
+        self.finished.signal()
+      }
+    }
+  }
+  var finalError: Int32? { error.withLock { $0 } }
+  var received: [UInt8] { Array(bytes.withLock { $0 }) }
+}
+
+/// A cleanup handler's record: how often it ran, with which descriptor, on which queue.
+private final class Cleanup: Sendable {
+  let calls = Counter()
+  let descriptor = Mutex<Int32?>(nil)
+  let ran = Event()
+  let closes: Bool
+  init(closes: Bool = true) { self.closes = closes }
+
+  var handler: @Sendable (Int32) -> Void {
+    { fd in
+      self.descriptor.withLock { $0 = fd }
+      if self.closes { close(fd) }
+      self.calls.increment()
+      self.ran.signal()
+    }
+  }
+}
+
+private func write(_ descriptor: Int32, _ bytes: [UInt8]) {
+  precondition(bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) } == bytes.count)
+}
+
+// MARK: - Tests
+
+@Suite("IOChannel", .timeLimit(.minutes(2)))
+struct IOChannelTests {
+  let queue = Queue(label: "io-tests")
+
+  @Test(
+    "64 MiB of random bytes cross a pipe between two channels (one per end) intact, and both descriptors are released")
+  func pipeRoundTrip() async throws {
+    let payload = randomBuffer(runningUnderSanitizer ? 8 << 20 : 64 << 20)
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let objects = (kernelObject(readEnd), kernelObject(writeEnd))
+    let cleanups = (Cleanup(), Cleanup())
+    var received = DispatchBuffer()
+    do {
+      let writer = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: queue, cleanup: cleanups.0.handler)
+      let reader = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanups.1.handler)
+      async let sent: Void = {
+        try await writer.write(payload)
+        writer.close()
+      }()
+      for try await chunk in reader.chunks() { received.append(chunk) }
+      try await sent
+    }
+    #expect(received.count == payload.count)
+    #expect(checksum(received) == checksum(payload))
+    #expect(received == payload)
+    #expect(await eventually { cleanups.0.calls.current == 1 && cleanups.1.calls.current == 1 })
+    #expect(!isHeld(objects.0) && !isHeld(objects.1))
+  }
+
+  @Test(
+    "64 MiB round-trip through loopback TCP: the server echoes through one channel; the client writes through a second channel over a dup"
+  )
+  func tcpRoundTrip() async throws {
+    let payload = randomBuffer(runningUnderSanitizer ? 8 << 20 : 64 << 20)
+    let (client, server) = tcpPair()
+    let objects = (kernelObject(client), kernelObject(server))
+    let cleanups = (Cleanup(), Cleanup())
+    var echoed = DispatchBuffer()
+    do {
+      let clientChannel = IOChannel(fileDescriptor: client, type: .stream, queue: queue, cleanup: cleanups.0.handler)
+      let serverChannel = IOChannel(fileDescriptor: server, type: .stream, queue: queue, cleanup: cleanups.1.handler)
+      async let served: Void = {
+        while true {
+          let chunk = try await serverChannel.read(upTo: 256 * 1024)
+          if chunk.isEmpty { break }
+          try await serverChannel.write(chunk)
+        }
+        shutdown(server, Int32(SHUT_WR))
+      }()
+      // The client's 64 MiB write goes through its own channel over a dup of the
+      // descriptor: with that write and the reads in flight on one channel,
+      // libdispatch stalled in 3 of 12 runs (docs/io.md).
+      let clientWriter = IOChannel(fileDescriptor: dup(client), type: .stream, queue: queue) { close($0) }
+      async let sent: Void = {
+        try await clientWriter.write(payload)
+        shutdown(client, Int32(SHUT_WR))
+      }()
+      while true {
+        let chunk = try await clientChannel.read(upTo: 256 * 1024)
+        if chunk.isEmpty { break }
+        echoed.append(chunk)
+      }
+      try await sent
+      try await served
+    }
+    #expect(echoed.count == payload.count)
+    #expect(checksum(echoed) == checksum(payload))
+    #expect(await eventually { cleanups.0.calls.current == 1 && cleanups.1.calls.current == 1 })
+    #expect(!isHeld(objects.0) && !isHeld(objects.1))
+  }
+
+  @Test(
+    "dropping a channel while a read waits on a pipe whose writer stays open ends the read with ECANCELED and releases the descriptor"
+  )
+  func droppedMidRead() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    let object = kernelObject(readEnd)
+    let cleanup = Cleanup()
+    let read = Operation()
+    do {
+      let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+      channel.read(length: 1024, queue: queue, handler: read.handler)
+    }
+    #expect(read.finished.wait())
+    #expect(read.finalError == ECANCELED)
+    #expect(cleanup.ran.wait())
+    #expect(!isOpen(readEnd, as: object))
+    #expect(!pollBriefly { cleanup.calls.current > 1 })
+  }
+
+  @Test(
+    "close(stop: true) wakes a read waiting on a pipe that never gets data; a plain close() lets it wait (C semantics)")
+  func closeStopWakesRead() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+    let read = Operation()
+    channel.read(length: 1024, queue: queue, handler: read.handler)
+    channel.close()
+    #expect(!read.finished.wait(timeout: briefTimeout))
+    #expect(!cleanup.ran.isSignaled)
+    channel.close(stop: true)
+    #expect(read.finished.wait())
+    #expect(read.finalError == ECANCELED)
+    #expect(cleanup.ran.wait())
+    #expect(channel.fileDescriptor == -1)
+    let late = Operation()
+    channel.read(length: 1, queue: queue, handler: late.handler)
+    #expect(late.finished.wait())
+    #expect(late.finalError == ECANCELED)
+  }
+
+  @Test("a cancelled read(upTo:) throws CancellationError promptly, stops the channel, and later reads throw ECANCELED")
+  func cancelledReader() async throws {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+    let started = Event()
+    let task = Task {
+      started.signal()
+      return try await channel.read(upTo: 100)
+    }
+    #expect(await eventually { started.isSignaled })
+    task.cancel()
+    await #expect(throws: CancellationError.self) { try await task.value }
+    #expect(await eventually { cleanup.ran.isSignaled })
+    await #expect(throws: GCDError(operation: "IOChannel.read(upTo: 5)", errno: ECANCELED)) {
+      try await channel.read(upTo: 5)
+    }
+    let already = Task {
+      withUnsafeCurrentTask { $0?.cancel() }
+      return try await IOChannel(fileDescriptor: -1, type: .stream, queue: queue) { _ in }.read(upTo: 1)
+    }
+    await #expect(throws: (any Error).self) { try await already.value }
+  }
+
+  @Test(
+    "read(upTo:) returns what arrived (at most the limit), keeps the rest for the next call, and an empty buffer at end of file"
+  )
+  func readUpTo() async throws {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    write(writeEnd, Array(0..<10))
+    let first = try await channel.read(upTo: 4)
+    #expect(Array(first) == [0, 1, 2, 3])
+    var rest: [UInt8] = []
+    while rest.count < 6 { rest += Array(try await channel.read(upTo: 100)) }
+    #expect(rest == Array(4..<10))
+    close(writeEnd)
+    #expect(try await channel.read(upTo: 100).isEmpty)
+    #expect(try await channel.read(upTo: 100).isEmpty)
+    #expect(try await channel.read(upTo: 0).isEmpty)
+  }
+
+  @Test("end of file on a socket: the peer's close gives done with no error, and read(upTo:) an empty buffer")
+  func socketEndOfFile() async throws {
+    let (client, server) = tcpPair()
+    let channel = IOChannel(fileDescriptor: client, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    write(server, [1, 2, 3])
+    close(server)
+    var received: [UInt8] = []
+    while true {
+      let chunk = try await channel.read(upTo: 1000)
+      if chunk.isEmpty { break }
+      received += chunk
+    }
+    #expect(received == [1, 2, 3])
+    let (other, peer) = tcpPair()
+    let read = Operation()
+    let second = IOChannel(fileDescriptor: other, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    second.read(length: 1000, queue: queue, handler: read.handler)
+    close(peer)
+    #expect(await eventually { read.finished.isSignaled })
+    #expect(read.finalError == 0)
+  }
+
+  @Test("a peer that resets the connection ends the read with ECONNRESET")
+  func peerReset() async throws {
+    let (client, server) = tcpPair()
+    let channel = IOChannel(fileDescriptor: client, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    let waiting = Task {
+      var received: [UInt8] = []
+      do {
+        while true {
+          let chunk = try await channel.read(upTo: 1000)
+          if chunk.isEmpty { return (received, Int32(0)) }
+          received += chunk
+        }
+      } catch let error as GCDError {
+        return (received, error.errno)
+      }
+    }
+    write(server, [7, 7])
+    var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+    _ = setsockopt(server, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    close(server)
+    let (received, error) = try await waiting.value
+    #expect(error == ECONNRESET)
+    #expect(received.count <= 2)
+  }
+
+  @Test(
+    "a write to a pipe whose reader is gone fails with EPIPE and the process lives on (SIGPIPE default -> do-nothing handler)"
+  )
+  func brokenPipe() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      writeToBrokenPipe()
+    }
+    #expect(standardError(of: result).contains("exit-test child: ok"), "\(standardError(of: result))")
+  }
+
+  @Test("an ignored SIGPIPE stays ignored (the package changes only the default disposition)")
+  func ignoredBrokenPipeLeftAlone() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      writeToBrokenPipeWithSIGPIPEIgnored()
+    }
+    #expect(standardError(of: result).contains("exit-test child: ok"), "\(standardError(of: result))")
+  }
+
+  @Test("init(path:) throws at once: a missing file (ENOENT), a directory (EISDIR), a FIFO for random access (ESPIPE)")
+  func pathErrors() throws {
+    do {
+      _ = try IOChannel(path: "/tmp/GCDTests-does-not-exist", flags: O_RDONLY, type: .stream, queue: queue)
+      Issue.record("no error for a missing path")
+    } catch {
+      #expect(error.errno == ENOENT)
+      #expect(error.operation.contains("/tmp/GCDTests-does-not-exist"))
+    }
+    #expect(throws: GCDError.self) { try IOChannel(path: "/tmp", flags: O_RDONLY, type: .stream, queue: queue) }
+    do {
+      _ = try IOChannel(path: "/tmp", flags: O_RDONLY, type: .randomAccess, queue: queue)
+    } catch { #expect(error.errno == EISDIR) }
+    let fifo = "/tmp/GCDTests-fifo-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    #expect(mkfifo(fifo, 0o600) == 0)
+    defer { unlink(fifo) }
+    do {
+      _ = try IOChannel(path: fifo, flags: O_RDONLY | O_NONBLOCK, type: .randomAccess, queue: queue)
+      Issue.record("no error for a FIFO opened for random access")
+    } catch { #expect(error.errno == ESPIPE) }
+    let stream = try IOChannel(path: fifo, flags: O_RDONLY | O_NONBLOCK, type: .stream, queue: queue)
+    stream.close(stop: true)
+  }
+
+  @Test(
+    "a relative path is opened against the current directory; the channel reads the file and closes its own descriptor")
+  func relativePath() async throws {
+    let contents = patternBytes(300_000)
+    let file = temporaryFile(containing: contents)
+    defer { unlink(file) }
+    var directory = [CChar](repeating: 0, count: 4096)
+    let cwd = String(cString: getcwd(&directory, directory.count)!)
+    let relative = String(repeating: "../", count: cwd.split(separator: "/").count) + file.dropFirst()
+    #expect(!relative.hasPrefix("/"))
+    let cleanup = Cleanup(closes: false)
+    do {
+      let channel = try IOChannel(
+        path: relative, flags: O_RDONLY, type: .randomAccess, queue: queue, cleanup: cleanup.handler)
+      let read = Operation()
+      channel.read(offset: 0, length: .max, queue: queue, handler: read.handler)
+      #expect(await eventually { read.finished.isSignaled })
+      #expect(read.finalError == 0)
+      #expect(read.received == contents)
+      let descriptor = channel.fileDescriptor
+      #expect(descriptor >= 0)
+      #expect(openDescriptorTargets()[descriptor] == file)
+    }
+    #expect(await eventually { cleanup.ran.isSignaled })
+    #expect(!isHeld(file))
+    #expect(cleanup.calls.current == 1)
+  }
+
+  @Test("errors a descriptor can only report later reach the read and the cleanup: EBADF, ESPIPE")
+  func descriptorErrors() {
+    let cleanup = Cleanup(closes: false)
+    let bad = IOChannel(fileDescriptor: 1_000_000, type: .stream, queue: queue, cleanup: cleanup.handler)
+    let read = Operation()
+    bad.read(length: 10, queue: queue, handler: read.handler)
+    #expect(read.finished.wait())
+    #expect(read.finalError == EBADF)
+    #expect(cleanup.ran.wait())
+    #expect(cleanup.descriptor.withLock { $0 } == 1_000_000)
+
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    let pipeCleanup = Cleanup()
+    let random = IOChannel(fileDescriptor: readEnd, type: .randomAccess, queue: queue, cleanup: pipeCleanup.handler)
+    let seek = Operation()
+    random.read(offset: 0, length: 10, queue: queue, handler: seek.handler)
+    #expect(seek.finished.wait())
+    #expect(seek.finalError == ESPIPE)
+    #expect(pipeCleanup.ran.wait())
+    #expect(random.unsafeObject == nil)
+    #expect(random.fileDescriptor == -1)
+    let stream = IOChannel(fileDescriptor: dup(writeEnd), type: .stream, queue: queue, cleanup: Cleanup().handler)
+    let negative = Operation()
+    stream.read(length: -1, queue: queue, handler: negative.handler)
+    #expect(negative.finished.wait())
+    #expect(negative.finalError == EINVAL)
+  }
+
+  @Test(
+    "after a channel's error cleanup closes the descriptor, a new descriptor with the same number works (no stale libdispatch record)"
+  )
+  func numberReuseAfterError() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      reuseNumberAfterErrorCleanup()
+    }
+    #expect(standardError(of: result).contains("exit-test child: ok"), "\(standardError(of: result))")
+  }
+
+  @Test("stream channels deliver small amounts at once (low water 1); libdispatch's 1 MiB low water holds them back")
+  func lowWater() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    let prompt = Operation()
+    channel.read(length: 1 << 20, queue: queue, handler: prompt.handler)
+    write(writeEnd, [1, 2, 3])
+    #expect(prompt.delivered.wait())
+    #expect(prompt.received == [1, 2, 3])
+    #expect(!prompt.finished.isSignaled)
+    channel.close(stop: true)
+    close(writeEnd)
+
+    let (readEnd2, writeEnd2) = makePipe(nonBlockingRead: false)
+    let held = IOChannel(fileDescriptor: readEnd2, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    held.setLimit(lowWater: 1 << 20)
+    let waiting = Operation()
+    held.read(length: 1 << 20, queue: queue, handler: waiting.handler)
+    write(writeEnd2, [1, 2, 3])
+    #expect(!waiting.delivered.wait(timeout: briefTimeout))
+    close(writeEnd2)
+    #expect(waiting.finished.wait())
+    #expect(waiting.received == [1, 2, 3])
+    #expect(waiting.finalError == 0)
+  }
+
+  @Test("the high-water mark caps each delivery")
+  func highWater() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    channel.setLimit(lowWater: 1, highWater: 4096)
+    let read = Operation()
+    channel.read(length: 60_000, queue: queue, handler: read.handler)
+    write(writeEnd, patternBytes(60_000))
+    #expect(read.finished.wait())
+    close(writeEnd)
+    #expect(read.received == patternBytes(60_000))
+    let sizes = read.deliveries.withLock { $0.map(\.count) }
+    #expect(sizes.allSatisfy { $0 <= 4096 })
+    #expect(sizes.count >= 60_000 / 4096)
+  }
+
+  @Test("a strict interval delivers below the low-water mark; a non-strict one does not")
+  func intervals() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let strict = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    strict.setLimit(lowWater: 1 << 20)
+    strict.setInterval(.milliseconds(20), strict: true)
+    let read = Operation()
+    strict.read(length: 1 << 20, queue: queue, handler: read.handler)
+    write(writeEnd, [9, 9])
+    #expect(read.delivered.wait())
+    #expect(read.received == [9, 9])
+    #expect(!read.finished.isSignaled)
+    strict.close(stop: true)
+    close(writeEnd)
+
+    let (readEnd2, writeEnd2) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd2) }
+    let loose = IOChannel(fileDescriptor: readEnd2, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    loose.setLimit(lowWater: 1 << 20)
+    loose.setInterval(.milliseconds(20))
+    let held = Operation()
+    loose.read(length: 1 << 20, queue: queue, handler: held.handler)
+    write(writeEnd2, [9, 9])
+    #expect(!held.delivered.wait(timeout: briefTimeout))
+  }
+
+  @Test("a barrier runs after the operations before it and before those after it, with the descriptor usable")
+  func barriers() throws {
+    let file = temporaryFile(containing: [])
+    defer { unlink(file) }
+    let channel = try IOChannel(path: file, flags: O_RDWR, type: .randomAccess, queue: queue)
+    let first = Operation()
+    let second = Operation()
+    let seen = Mutex<[UInt8]>([])
+    let barrierRan = Event()
+    channel.write(offset: 0, data: [1, 2, 3], queue: queue, handler: first.handler)
+    channel.barrier {
+      let descriptor = channel.fileDescriptor
+      var bytes = [UInt8](repeating: 0, count: 8)
+      let count = pread(descriptor, &bytes, 8, 0)
+      seen.withLock { $0 = Array(bytes.prefix(max(count, 0))) }
+      barrierRan.signal()
+    }
+    channel.write(offset: 3, data: [4, 5], queue: queue, handler: second.handler)
+    #expect(barrierRan.wait())
+    #expect(second.finished.wait())
+    #expect(first.finished.isSignaled)
+    #expect(seen.withLock { $0 } == [1, 2, 3])
+    #expect(contentsOfFile(file) == [1, 2, 3, 4, 5])
+  }
+
+  @Test("the cleanup runs exactly once however the channel ends: close(), close(stop:), dropped, dropped after close")
+  func cleanupOnce() {
+    for ending in 0..<4 {
+      let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+      let cleanup = Cleanup()
+      do {
+        let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+        switch ending {
+        case 0: channel.close()
+        case 1: channel.close(stop: true)
+        case 3:
+          channel.close()
+          channel.close(stop: true)
+        default: break
+        }
+      }
+      #expect(cleanup.ran.wait(), "ending \(ending)")
+      #expect(!pollBriefly { cleanup.calls.current > 1 }, "ending \(ending)")
+      close(writeEnd)
+    }
+  }
+
+  @Test(
+    "handlers run on the queue passed to each call, the cleanup on the creation queue; O_NONBLOCK is set, then restored before the cleanup"
+  )
+  func queuesAndFlags() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    let key = Queue.SpecificKey<String>()
+    let creation = Queue(label: "creation")
+    creation.setSpecific(key, "creation")
+    let handlers = Queue(label: "handlers")
+    handlers.setSpecific(key, "handlers")
+    let cleanupQueue = Mutex<String?>(nil)
+    let flagsAtCleanup = Mutex<Int32>(-1)
+    let cleaned = Event()
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: creation) { fd in
+      cleanupQueue.withLock { $0 = Queue.currentSpecific(key) }
+      flagsAtCleanup.withLock { $0 = fcntl(fd, F_GETFL) }
+      close(fd)
+      cleaned.signal()
+    }
+    let handlerQueue = Mutex<String?>(nil)
+    let delivered = Event()
+    channel.read(length: 10, queue: handlers) { _, _, _ in
+      handlerQueue.withLock { $0 = Queue.currentSpecific(key) }
+      delivered.signal()
+    }
+    write(writeEnd, [1])
+    #expect(delivered.wait())
+    #expect(handlerQueue.withLock { $0 } == "handlers")
+    #expect(fcntl(readEnd, F_GETFL) & O_NONBLOCK != 0)
+    channel.close(stop: true)
+    #expect(cleaned.wait())
+    #expect(cleanupQueue.withLock { $0 } == "creation")
+    #expect(flagsAtCleanup.withLock { $0 } & O_NONBLOCK == 0)
+  }
+
+  @Test("one-shot IOChannel.read(fileDescriptor:) and write(fileDescriptor:) move the bytes once")
+  func oneShot() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer {
+      close(readEnd)
+      close(writeEnd)
+    }
+    let wrote = Event()
+    let writeError = Mutex<Int32>(-1)
+    IOChannel.write(fileDescriptor: writeEnd, data: DispatchBuffer([5, 6, 7]), queue: queue) { remaining, error in
+      writeError.withLock { $0 = error }
+      #expect(remaining.isEmpty)
+      wrote.signal()
+    }
+    #expect(wrote.wait())
+    #expect(writeError.withLock { $0 } == 0)
+    let read = Event()
+    let bytes = Mutex<[UInt8]>([])
+    IOChannel.read(fileDescriptor: readEnd, length: 3, queue: queue) { data, error in
+      bytes.withLock { $0 = Array(data) }
+      #expect(error == 0)
+      read.signal()
+    }
+    #expect(read.wait())
+    #expect(bytes.withLock { $0 } == [5, 6, 7])
+  }
+
+  @Test("a channel made from another shares its descriptor, which is let go once both are done")
+  func channelFromChannel() async throws {
+    let contents = patternBytes(10_000)
+    let file = temporaryFile(containing: contents)
+    defer { unlink(file) }
+    let firstCleanup = Cleanup(closes: false)
+    let secondCleanup = Cleanup(closes: false)
+    do {
+      let random = try IOChannel(
+        path: file, flags: O_RDONLY, type: .randomAccess, queue: queue, cleanup: firstCleanup.handler)
+      let stream = IOChannel(channel: random, type: .stream, queue: queue, cleanup: secondCleanup.handler)
+      var received: [UInt8] = []
+      for try await chunk in stream.chunks(maximumLength: 4096) { received += chunk }
+      #expect(received == contents)
+    }
+    #expect(await eventually { firstCleanup.ran.isSignaled && secondCleanup.ran.isSignaled })
+    #expect(!isHeld(file))
+  }
+
+  @Test(
+    "after chunks() reaches end of file the channel stays open: an answer can still be written on the half-closed socket"
+  )
+  func chunksEndKeepsChannel() async throws {
+    let (client, server) = tcpPair()
+    defer { close(client) }
+    let channel = IOChannel(fileDescriptor: server, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    write(client, [1, 2, 3])
+    shutdown(client, Int32(SHUT_WR))
+    var total = 0
+    for try await chunk in channel.chunks() { total += chunk.count }
+    #expect(total == 3)
+    try await channel.write([9, 8])
+    var answer = [UInt8](repeating: 0, count: 2)
+    #expect(recv(client, &answer, 2, Int32(MSG_WAITALL)) == 2)
+    #expect(answer == [9, 8])
+  }
+
+  @Test("breaking out of chunks() stops the channel although the writer stays open; each chunk respects the maximum")
+  func chunksBreak() async throws {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    let object = kernelObject(readEnd)
+    let cleanup = Cleanup()
+    write(writeEnd, patternBytes(5000))
+    do {
+      let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+      var total = 0
+      for try await chunk in channel.chunks(maximumLength: 1000) {
+        #expect(chunk.count <= 1000)
+        total += chunk.count
+        if total >= 2000 { break }
+      }
+    }
+    #expect(await eventually { cleanup.ran.isSignaled })
+    #expect(!isOpen(readEnd, as: object))
+  }
+}
+
+/// Exit-test child: a channel write to a pipe with no reader gets EPIPE, and
+/// SIGPIPE went from its default disposition to a do-nothing handler.
+private func writeToBrokenPipe() -> Never {
+  var before = sigaction()
+  sigaction(SIGPIPE, nil, &before)
+  childCheck(before.__sigaction_handler.sa_handler == nil, "SIGPIPE did not start at its default")
+  var ends: [Int32] = [-1, -1]
+  childCheck(pipe(&ends) == 0, "pipe")
+  close(ends[0])
+  let finished = Event()
+  let error = Mutex<Int32>(-1)
+  let channel = IOChannel(fileDescriptor: ends[1], type: .stream, queue: .global()) { close($0) }
+  channel.write(data: [1, 2, 3], queue: .global()) { done, _, code in
+    if done {
+      error.withLock { $0 = code }
+      finished.signal()
+    }
+  }
+  childCheck(finished.wait(), "the write never finished")
+  childCheck(error.withLock { $0 } == EPIPE, "error \(error.withLock { $0 }), not EPIPE")
+  var after = sigaction()
+  sigaction(SIGPIPE, nil, &after)
+  let handler = after.__sigaction_handler.sa_handler.map { unsafeBitCast($0, to: Int.self) } ?? 0
+  childCheck(handler > 1, "SIGPIPE is not a handler now (\(handler))")
+  childCheck(after.sa_flags & Int32(SA_RESTART) != 0, "the handler lacks SA_RESTART")
+  endChild("ok")
+}
+
+/// Exit-test child: with SIGPIPE ignored beforehand, a one-shot write gets
+/// EPIPE and SIGPIPE stays ignored.
+private func writeToBrokenPipeWithSIGPIPEIgnored() -> Never {
+  signal(SIGPIPE, SIG_IGN)
+  var ends: [Int32] = [-1, -1]
+  childCheck(pipe(&ends) == 0, "pipe")
+  close(ends[0])
+  let finished = Event()
+  IOChannel.write(fileDescriptor: ends[1], data: DispatchBuffer([1]), queue: .global()) { _, error in
+    childCheck(error == EPIPE, "error \(error)")
+    finished.signal()
+  }
+  childCheck(finished.wait(), "the write never finished")
+  var after = sigaction()
+  sigaction(SIGPIPE, nil, &after)
+  let handler = after.__sigaction_handler.sa_handler.map { unsafeBitCast($0, to: Int.self) } ?? 0
+  childCheck(handler == 1, "SIGPIPE is no longer SIG_IGN (\(handler))")
+  endChild("ok")
+}
+
+/// Exit-test child: a random-access channel on a pipe fails with ESPIPE and
+/// its cleanup closes the pipe; a file opened next gets the same number and
+/// a random-access channel on it reads the file.
+private func reuseNumberAfterErrorCleanup() -> Never {
+  let file = temporaryFile(containing: [1, 2, 3])
+  defer { unlink(file) }
+  var ends: [Int32] = [-1, -1]
+  childCheck(pipe(&ends) == 0, "pipe")
+  let cleaned = Event()
+  let failed = Event()
+  let pipeChannel = IOChannel(fileDescriptor: ends[0], type: .randomAccess, queue: .global()) {
+    close($0)
+    cleaned.signal()
+  }
+  pipeChannel.read(length: 10, queue: .global()) { done, _, error in
+    childCheck(!done || error == ESPIPE, "pipe read: error \(error)")
+    if done { failed.signal() }
+  }
+  childCheck(failed.wait() && cleaned.wait(), "the pipe channel did not end")
+  let opened = open(file, O_RDONLY | O_CLOEXEC)
+  let descriptor = dup2(opened, ends[0])
+  childCheck(opened >= 0 && descriptor == ends[0], "could not put the file at \(ends[0])")
+  if opened != descriptor { close(opened) }
+  let read = Event()
+  let outcome = Mutex<([UInt8], Int32)>(([], -1))
+  let fileChannel = IOChannel(fileDescriptor: descriptor, type: .randomAccess, queue: .global()) { close($0) }
+  fileChannel.read(offset: 0, length: 10, queue: .global()) { done, data, error in
+    outcome.withLock {
+      if let data { $0.0 += data }
+      if done { $0.1 = error }
+    }
+    if done { read.signal() }
+  }
+  childCheck(read.wait(), "the file read did not end")
+  let (bytes, error) = outcome.withLock { $0 }
+  childCheck(error == 0 && bytes == [1, 2, 3], "file read: error \(error), bytes \(bytes)")
+  endChild("ok")
+}
+
+// MARK: - The I/O examples
+
+@Suite("IOChannel examples", .timeLimit(.minutes(2)))
+struct IOChannelExampleTests {
+  @Test("ExampleCat copies a 3 MB binary file to its standard output byte for byte and reports the count")
+  func cat() async throws {
+    let contents = patternBytes(3_000_000)
+    let file = temporaryFile(containing: contents)
+    defer { unlink(file) }
+    let run = try await ExampleProcess.run("ExampleCat", [file])
+    #expect(run.status == 0, "\(run.errorText)")
+    #expect(run.output == contents)
+    #expect(run.errorText.contains("copied 3000000 bytes"), "\(run.errorText)")
+  }
+
+  @Test("ExampleCat without an argument copies its own 1,000-line input; a missing file is a clear error")
+  func catDefaultAndMissing() async throws {
+    let run = try await ExampleProcess.run("ExampleCat", [])
+    #expect(run.status == 0, "\(run.errorText)")
+    let text = String(decoding: run.output, as: UTF8.self)
+    #expect(text.split(separator: "\n").count == 1000)
+    #expect(text.hasPrefix("line 1 of the default input\n"))
+    let missing = try await ExampleProcess.run("ExampleCat", ["/tmp/GCDTests-no-such-file"])
+    #expect(missing.status == 1)
+    #expect(missing.errorText.contains("ENOENT"), "\(missing.errorText)")
+  }
+
+  @Test("ExampleEchoServer echoes every line of 8 real loopback clients intact and shuts down by itself")
+  func echoServer() async throws {
+    let run = try await ExampleProcess.run("ExampleEchoServer", ["8", "300"])
+    let text = String(decoding: run.output, as: UTF8.self)
+    #expect(run.status == 0, "\(text)\(run.errorText)")
+    #expect(text.contains("listening on 127.0.0.1:"))
+    #expect(text.contains("served 8 connections, echoed 2400 lines"), "\(text)")
+    #expect(text.contains("2400 of 2400 lines came back intact"), "\(text)")
+    #expect(text.hasSuffix("shut down\n"), "\(text)")
+  }
+
+  @Test("ExampleEchoServer with no clients serves until SIGTERM, then shuts down gracefully")
+  func echoServerSignal() async throws {
+    let run = try await ExampleProcess.run("ExampleEchoServer", ["0"], signalWhen: "serving until SIGINT or SIGTERM")
+    let text = String(decoding: run.output, as: UTF8.self)
+    #expect(run.status == 0, "\(text)\(run.errorText)")
+    #expect(text.contains("served 0 connections"), "\(text)")
+    #expect(text.hasSuffix("shut down\n"), "\(text)")
+  }
+}
+
+/// Runs an example executable (built next to the test bundle) with its
+/// standard output and error captured apart, killing it after a generous timeout.
+private struct ExampleProcess {
+  var status: Int32
+  var output: [UInt8]
+  var errorText: String
+
+  /// Runs `name`; with `signalWhen`, sends SIGTERM once its standard output contains that text.
+  static func run(_ name: String, _ arguments: [String], signalWhen: String? = nil) async throws -> ExampleProcess {
+    let executable = try #require(examplePath(name), "\(name) is not built next to the test bundle")
+    let outputFile = temporaryFile(containing: [])
+    let errorFile = temporaryFile(containing: [])
+    defer {
+      unlink(outputFile)
+      unlink(errorFile)
+    }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, outputFile, O_WRONLY | O_TRUNC, 0)
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, errorFile, O_WRONLY | O_TRUNC, 0)
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
+    // The child starts with no signal blocked and SIGTERM at its default,
+    // whatever the test runner's thread has.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    sigaddset(&defaults, SIGTERM)
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environ)
+    try #require(spawned == 0, "posix_spawn(\(executable)): errno \(spawned)")
+    let deadline = ContinuousClock.now + .seconds(60)
+    var rawStatus: Int32 = 0
+    var signalled = false
+    while waitpid(pid, &rawStatus, WNOHANG) != pid {
+      if let signalWhen, !signalled,
+        String(decoding: contentsOfFile(outputFile), as: UTF8.self).contains(signalWhen)
+      {
+        kill(pid, SIGTERM)
+        signalled = true
+      }
+      if ContinuousClock.now >= deadline {
+        kill(pid, SIGKILL)
+        _ = waitpid(pid, &rawStatus, 0)
+        Issue.record("\(name) did not exit within 60 s and was killed")
+        break
+      }
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    let signal = rawStatus & 0x7f
+    return ExampleProcess(
+      status: signal == 0 ? (rawStatus >> 8) & 0xff : -signal, output: contentsOfFile(outputFile),
+      errorText: String(decoding: contentsOfFile(errorFile), as: UTF8.self))
+  }
+
+  /// The example executable in the test bundle's folder or one above it.
+  private static func examplePath(_ name: String) -> String? {
+    var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+    let length = buffer.withUnsafeMutableBytes { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
+    guard length > 0 else { return nil }
+    var directory = String(decoding: buffer[..<length], as: UTF8.self)
+    while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
+      directory = String(directory[..<slash])
+      if access("\(directory)/\(name)", X_OK) == 0 { return "\(directory)/\(name)" }
+    }
+    return nil
+  }
+}
