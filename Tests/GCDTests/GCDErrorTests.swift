@@ -88,7 +88,7 @@ struct GCDErrorTests {
 
   @Test(
     "with no descriptor left, every creation that needs one throws EMFILE naming its operation; nothing crashes, hangs or leaks",
-    .timeLimit(.minutes(1)))
+    .timeLimit(.minutes(3)))
   func descriptorsExhausted() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       createWithNoDescriptorLeft()
@@ -145,8 +145,22 @@ func createWithNoDescriptorLeft() {
   expectEMFILE("ProcSource's pidfd", naming: "pidfd_open") { () throws(GCDError) in
     try ProcSource(pid: getpid(), queue: queue)
   }
-  // One descriptor free: the inotify instance takes it, and the watch's own descriptor finds none.
-  close(fillers.removeLast())
+  // With a few descriptors back, a FileSystemSource makes the shared instance (kept, so that no
+  // close happens behind the test's back); then the table is filled again, and the watch's own
+  // descriptor finds none.
+  for descriptor in fillers.suffix(8) { close(descriptor) }
+  fillers.removeLast(8)
+  let first: FileSystemSource
+  do {
+    first = try FileSystemSource(path: directory.path, events: .write, queue: queue)
+  } catch {
+    endChild("failed: with descriptors free, the first FileSystemSource threw \(error)")
+  }
+  while true {
+    let descriptor = open("/dev/null", O_RDONLY | O_CLOEXEC)
+    if descriptor < 0 { break }
+    fillers.append(descriptor)
+  }
   expectEMFILE("FileSystemSource's watch descriptor", naming: ": open") { () throws(GCDError) in
     try FileSystemSource(path: directory.path, events: .write, queue: queue)
   }
@@ -154,6 +168,7 @@ func createWithNoDescriptorLeft() {
     () throws(GCDError) in
     try FileSystemSource(fileDescriptor: fillers[0], events: .write, queue: queue)
   }
+  first.cancel()
   // Nothing was left open by the failures: with descriptors back, each creation works.
   for descriptor in fillers.suffix(4) { close(descriptor) }
   fillers.removeLast(4)
