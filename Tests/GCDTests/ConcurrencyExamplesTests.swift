@@ -58,7 +58,7 @@ private struct ConcurrencyExampleRun {
   init(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
     self.name = name
     let path = try #require(
-      executablePath("Example\(name)"), "Example\(name) is not built", sourceLocation: sourceLocation)
+      examplePath("Example\(name)"), "Example\(name) is not built", sourceLocation: sourceLocation)
     var template = Array("/tmp/gcd-concurrency-example-XXXXXX".utf8CString)
     let outputFD = mkstemp(&template)
     try #require(outputFD >= 0)
@@ -96,17 +96,4 @@ private struct ConcurrencyExampleRun {
     #expect(
       output.contains(text), "Example\(name) did not print \"\(text)\":\n\(output)", sourceLocation: sourceLocation)
   }
-}
-
-/// `name` in the test executable's folder or one above it.
-private func executablePath(_ name: String) -> String? {
-  var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
-  let length = buffer.withUnsafeMutableBytes { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
-  guard length > 0 else { return nil }
-  var directory = String(decoding: buffer[..<length], as: UTF8.self)
-  while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
-    directory = String(directory[..<slash])
-    if access("\(directory)/\(name)", X_OK) == 0 { return "\(directory)/\(name)" }
-  }
-  return nil
 }

@@ -899,17 +899,4 @@ private struct ExampleProcess {
       status: signal == 0 ? (rawStatus >> 8) & 0xff : -signal, output: contentsOfFile(outputFile),
       errorText: String(decoding: contentsOfFile(errorFile), as: UTF8.self))
   }
-
-  /// The example executable in the test bundle's folder or one above it.
-  private static func examplePath(_ name: String) -> String? {
-    var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
-    let length = buffer.withUnsafeMutableBytes { readlink("/proc/self/exe", $0.baseAddress!, $0.count - 1) }
-    guard length > 0 else { return nil }
-    var directory = String(decoding: buffer[..<length], as: UTF8.self)
-    while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
-      directory = String(directory[..<slash])
-      if access("\(directory)/\(name)", X_OK) == 0 { return "\(directory)/\(name)" }
-    }
-    return nil
-  }
 }

@@ -734,16 +734,7 @@ struct BuildPipelineExampleTests {
 /// Runs the example executable `name` (built next to the test bundle) with
 /// its output in a temporary file; kills it after a minute.
 private func runExample(_ name: String) async throws -> (status: Int32, output: String) {
-  var directory = CommandLine.arguments.first ?? ""
-  var executable: String?
-  while let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
-    directory = String(directory[..<slash])
-    if access("\(directory)/\(name)", X_OK) == 0 {
-      executable = "\(directory)/\(name)"
-      break
-    }
-  }
-  let path = try #require(executable, "\(name) not found next to the test bundle; run `swift build` first")
+  let path = try #require(examplePath(name), "\(name) not found next to the test bundle; run `swift build` first")
   var template = Array("/tmp/gcd-workitem-example-XXXXXX".utf8CString)
   let outputFD = mkstemp(&template)
   try #require(outputFD >= 0)
