@@ -5,7 +5,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
-.PHONY: all build test examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench sanitize sanitize-thread sanitize-address clean
+.PHONY: all build test examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench io-stall-probe sanitize sanitize-thread sanitize-address clean
 
 SYMBOL_GRAPHS := .build/docs/symbol-graphs
 DOCS_OUT := .build/documentation
@@ -56,6 +56,18 @@ $(BENCH_C_LIB): Benchmarks/c/bench_c.c
 	"$(TOOLCHAIN_USR)/bin/clang" -O2 -fblocks -shared -fPIC -Wall -Wextra -Werror \
 	  -I"$(TOOLCHAIN_USR)/lib/swift" $< -o $@ \
 	  -L"$(TOOLCHAIN_USR)/lib/swift/linux" -ldispatch -lBlocksRuntime -Wl,-rpath,"$(TOOLCHAIN_USR)/lib/swift/linux"
+
+## io-stall-probe: the libdispatch stall that makes IOChannel give a socket's writes their own
+## C channel, in C (Benchmarks/probes/io_socket_stall.c): 12 loopback rounds with the reads and a
+## 64 MiB write on one dispatch_io channel (some stall), then 12 with the write on a second
+## channel over dup() (none may); about a minute. Not part of CI: the first half fails on purpose.
+io-stall-probe:
+	@mkdir -p .build/bench
+	"$(TOOLCHAIN_USR)/bin/clang" -O2 -fblocks -Wall -Wextra -Werror -I"$(TOOLCHAIN_USR)/lib/swift" \
+	  Benchmarks/probes/io_socket_stall.c -o .build/bench/io_socket_stall \
+	  -L"$(TOOLCHAIN_USR)/lib/swift/linux" -ldispatch -lBlocksRuntime -Wl,-rpath,"$(TOOLCHAIN_USR)/lib/swift/linux"
+	-.build/bench/io_socket_stall 12
+	.build/bench/io_socket_stall 12 split
 
 ## sanitize: the whole test suite under ThreadSanitizer, then under AddressSanitizer
 ## (with LeakSanitizer), each in its own build folder; see docs/reliability.md

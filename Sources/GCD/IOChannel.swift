@@ -27,12 +27,18 @@ import Synchronization
 ///   throws at once (a relative path, a missing file, a FIFO for random
 ///   access), where the C function returns NULL or reports the error later.
 ///
+/// - A stream channel over a socket or a character device (a terminal)
+///   reads and writes through two C channels: the writes go through a second
+///   one over a close-on-exec duplicate of the descriptor. With one long
+///   write in flight while reads wait on the same C channel, libdispatch's
+///   epoll code can lose the read side's wake-up and stall for good (seen in
+///   C, about one 64 MiB loopback round trip in three); two C channels have
+///   their own records and epoll registrations. The pair behaves as one
+///   channel: limits, intervals, barriers and closing apply to both, and the
+///   cleanup runs once, after both are done.
+///
 /// A stream channel sets `O_NONBLOCK` on the descriptor and restores the
 /// original flags before the cleanup handler runs.
-///
-/// Not fixed here: with one long write in flight while reads run on the same
-/// socket channel, libdispatch can stall (no handler is called again). Give
-/// such a write its own channel over `dup(fd)`; see docs/io.md.
 ///
 /// `Sendable`: libdispatch channels are thread-safe.
 ///
@@ -57,8 +63,13 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// and an `errno` value (0 for none).
   public typealias Handler = @Sendable (_ done: Bool, _ data: DispatchBuffer?, _ error: Int32) -> Void
 
-  /// The C channel; nil when the descriptor was unusable from the start.
+  /// The C channel of the reads, and of everything else unless `writer`
+  /// exists; nil when the descriptor was unusable from the start.
   @usableFromInline let raw: OpaquePointer?
+  /// For a stream channel over a socket or character device: the C channel
+  /// of the writes, over a duplicate of the descriptor (see the type's
+  /// discussion); nil otherwise.
+  let writer: OpaquePointer?
   /// The errno value of an unusable descriptor (0 when `raw` exists).
   let failure: Int32
   /// The channel's type.
@@ -67,7 +78,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
 
   /// The C channel, borrowed: valid while this wrapper is alive. Do not
   /// release it. Nil for a channel over a descriptor that was unusable from
-  /// the start (see ``init(fileDescriptor:type:queue:cleanup:)``).
+  /// the start (see ``init(fileDescriptor:type:queue:cleanup:)``). For a
+  /// stream channel over a socket or character device, this is the C channel
+  /// of the reads; its writes go through a second one.
   public var unsafeObject: OpaquePointer? { raw }
 
   /// Creates a channel over a descriptor you opened.
@@ -162,34 +175,47 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     }
     guard failure == 0, let source = channel.raw else {
       self.raw = nil
+      self.writer = nil
       self.failure = failure
       queue.async { cleanup(descriptor) }
       return
     }
-    let box = CleanupBox(descriptor: descriptor, closing: false, body: cleanup)
-    guard
-      let raw = Libdispatch.io_create_with_io_f(
-        type.raw, source, queue.raw, Unmanaged.passRetained(box).toOpaque(), cleanupTrampoline)
-    else { fatalError("GCD: IOChannel(channel:): dispatch_io_create_with_io returned NULL") }
-    self.raw = raw
+    // A stream made from a channel whose writes have a C channel of their own
+    // writes through a channel made from that one.
+    let sourceWriter = type == .stream ? channel.writer : nil
+    let box = CleanupBox(
+      descriptor: descriptor, closing: false, body: cleanup, channels: sourceWriter == nil ? 1 : 2)
+    self.raw = Self.create(type: type, from: source, queue: queue, box: box)
+    self.writer = sourceWriter.map { Self.create(type: .stream, from: $0, queue: queue, box: box) }
     self.failure = 0
-    if type == .stream { Libdispatch.io_set_low_water(raw, 1) }
+    if type == .stream { setLimit(lowWater: 1) }
   }
 
-  init(descriptor: Int32, type: ChannelType, queue: Queue, closing: Bool, cleanup: @escaping @Sendable (Int32) -> Void)
-  {
+  /// - Parameter splitting: Give the writes of a socket or character device
+  ///   their own C channel (false for the one-shot calls, which only read or
+  ///   only write).
+  init(
+    descriptor: Int32, type: ChannelType, queue: Queue, closing: Bool, splitting: Bool = true,
+    cleanup: @escaping @Sendable (Int32) -> Void
+  ) {
     system_catchBrokenPipe()
     self.type = type
     reader = ChannelReader(descriptor: descriptor)
     var failure: Int32 = 0
+    var duplicate: Int32 = -1
     if let status = system_fstat(descriptor) {
       if status.isDirectory { failure = Errno.isDirectory }
       if status.isStream && type == .randomAccess { failure = Errno.illegalSeek }
+      if failure == 0 && splitting && type == .stream && status.isBidirectional {
+        duplicate = system_duplicate(descriptor)
+        if duplicate < 0 { failure = system_errno }
+      }
     } else {
       failure = system_errno
     }
     guard failure == 0 else {
       raw = nil
+      writer = nil
       self.failure = failure
       queue.async {
         if closing { system_close(descriptor) }
@@ -197,20 +223,52 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       }
       return
     }
-    let box = CleanupBox(descriptor: descriptor, closing: closing, body: cleanup)
+    if duplicate >= 0 {
+      // Both C channels find O_NONBLOCK already set, so neither changes the
+      // flags at its end; the last cleanup restores the caller's flags.
+      let flags = system_statusFlags(descriptor)
+      if flags >= 0 { system_setStatusFlags(descriptor, flags | system_nonBlocking) }
+      let box = CleanupBox(
+        descriptor: descriptor, closing: closing, body: cleanup, channels: 2, duplicate: duplicate, flags: flags)
+      raw = Self.create(type: type, descriptor: descriptor, queue: queue, box: box)
+      writer = Self.create(type: .stream, descriptor: duplicate, queue: queue, box: box)
+    } else {
+      let box = CleanupBox(descriptor: descriptor, closing: closing, body: cleanup, channels: 1)
+      raw = Self.create(type: type, descriptor: descriptor, queue: queue, box: box)
+      writer = nil
+    }
+    self.failure = 0
+    if type == .stream { setLimit(lowWater: 1) }
+  }
+
+  /// A C channel over `descriptor` whose cleanup releases one reference of `box`.
+  private static func create(type: ChannelType, descriptor: Int32, queue: Queue, box: CleanupBox) -> OpaquePointer {
     guard
       let raw = Libdispatch.io_create_f(
         type.raw, descriptor, queue.raw, Unmanaged.passRetained(box).toOpaque(), cleanupTrampoline)
     else { fatalError("GCD: IOChannel(fileDescriptor: \(descriptor)): dispatch_io_create returned NULL") }
-    self.raw = raw
-    self.failure = 0
-    if type == .stream { Libdispatch.io_set_low_water(raw, 1) }
+    return raw
+  }
+
+  /// A C channel made from `source` whose cleanup releases one reference of `box`.
+  private static func create(type: ChannelType, from source: OpaquePointer, queue: Queue, box: CleanupBox)
+    -> OpaquePointer
+  {
+    guard
+      let raw = Libdispatch.io_create_with_io_f(
+        type.raw, source, queue.raw, Unmanaged.passRetained(box).toOpaque(), cleanupTrampoline)
+    else { fatalError("GCD: IOChannel(channel:): dispatch_io_create_with_io returned NULL") }
+    return raw
   }
 
   deinit {
     guard let raw else { return }
     Libdispatch.io_close(raw, Libdispatch.ioStop)
     Libdispatch.release(raw)
+    if let writer {
+      Libdispatch.io_close(writer, Libdispatch.ioStop)
+      Libdispatch.release(writer)
+    }
   }
 
   /// The descriptor, or -1 once the channel is closed.
@@ -275,7 +333,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       return
     }
     Libdispatch.io_write_f(
-      raw, offset, data.storage.raw, queue.raw, Unmanaged.passRetained(HandlerBox(handler)).toOpaque(),
+      writer ?? raw, offset, data.storage.raw, queue.raw, Unmanaged.passRetained(HandlerBox(handler)).toOpaque(),
       handlerTrampoline)
   }
 
@@ -308,9 +366,11 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C functions are `dispatch_io_set_low_water` and `dispatch_io_set_high_water`.
   public func setLimit(lowWater: Int? = nil, highWater: Int? = nil) {
-    guard let raw else { return }
-    if let lowWater { Libdispatch.io_set_low_water(raw, max(lowWater, 0)) }
-    if let highWater { Libdispatch.io_set_high_water(raw, max(highWater, 0)) }
+    for raw in [raw, writer] {
+      guard let raw else { continue }
+      if let lowWater { Libdispatch.io_set_low_water(raw, max(lowWater, 0)) }
+      if let highWater { Libdispatch.io_set_high_water(raw, max(highWater, 0)) }
+    }
   }
 
   /// Makes handlers run at least every `interval` while an operation
@@ -325,16 +385,23 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C function is `dispatch_io_set_interval`.
   public func setInterval(_ interval: Duration, strict: Bool = false) {
-    guard let raw else { return }
     let (seconds, attoseconds) = interval.components
     let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds / 1_000_000_000)
-    Libdispatch.io_set_interval(raw, UInt64(nanoseconds), strict ? Libdispatch.ioStrictInterval : 0)
+    for raw in [raw, writer] {
+      guard let raw else { continue }
+      Libdispatch.io_set_interval(raw, UInt64(nanoseconds), strict ? Libdispatch.ioStrictInterval : 0)
+    }
   }
 
   /// Runs `body` once every operation submitted before it has ended, and
   /// before any submitted after it starts.
   ///
   /// Inside `body`, ``fileDescriptor`` is valid for direct calls such as `fsync`.
+  ///
+  /// On a stream channel over a socket or character device, whose reads and
+  /// writes go through two C channels, the barrier waits for the operations
+  /// of both: the C barrier reached first holds its libdispatch thread until
+  /// the other one is reached too, then `body` runs.
   ///
   /// - Parameter body: The work, run on a libdispatch queue of the channel.
   ///
@@ -344,7 +411,14 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       Queue.global().async(body)
       return
     }
-    Libdispatch.io_barrier_f(raw, Unmanaged.passRetained(WorkBox(body)).toOpaque(), barrierTrampoline)
+    guard let writer else {
+      Libdispatch.io_barrier_f(raw, Unmanaged.passRetained(WorkBox(body)).toOpaque(), barrierTrampoline)
+      return
+    }
+    let rendezvous = BarrierRendezvous(body)
+    for raw in [raw, writer] {
+      Libdispatch.io_barrier_f(raw, Unmanaged.passRetained(WorkBox(rendezvous.arrive)).toOpaque(), barrierTrampoline)
+    }
   }
 
   /// Closes the channel: no operation can be submitted after this.
@@ -358,8 +432,10 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C function is `dispatch_io_close`.
   public func close(stop: Bool = false) {
-    guard let raw else { return }
-    Libdispatch.io_close(raw, stop ? Libdispatch.ioStop : 0)
+    for raw in [raw, writer] {
+      guard let raw else { continue }
+      Libdispatch.io_close(raw, stop ? Libdispatch.ioStop : 0)
+    }
   }
 
   // MARK: One-shot operations
@@ -389,7 +465,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     handler: @escaping @Sendable (_ data: DispatchBuffer, _ error: Int32) -> Void
   ) {
     let outcome = Mutex((DispatchBuffer(), Int32(0)))
-    let channel = IOChannel(descriptor: fileDescriptor, type: .stream, queue: queue, closing: false) { _ in
+    let channel = IOChannel(
+      descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false
+    ) { _ in
       let (data, error) = outcome.withLock { $0 }
       handler(data, error)
     }
@@ -423,7 +501,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     handler: @escaping @Sendable (_ remaining: DispatchBuffer, _ error: Int32) -> Void
   ) {
     let outcome = Mutex((DispatchBuffer(), Int32(0)))
-    let channel = IOChannel(descriptor: fileDescriptor, type: .stream, queue: queue, closing: false) { _ in
+    let channel = IOChannel(
+      descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false
+    ) { _ in
       let (remaining, error) = outcome.withLock { $0 }
       handler(remaining, error)
     }
@@ -437,22 +517,61 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
 
 // MARK: - Trampolines (one per C callback type; each context is a retained box)
 
-/// The cleanup handler and what the package does before it.
-private final class CleanupBox {
+/// The cleanup handler and what the package does before it. Each C channel
+/// holds one reference; the last of them to end runs the cleanup.
+private final class CleanupBox: Sendable {
   let descriptor: Int32
   let closing: Bool
   let body: @Sendable (Int32) -> Void
-  init(descriptor: Int32, closing: Bool, body: @escaping @Sendable (Int32) -> Void) {
+  /// The C channels that have not ended yet.
+  let remaining: Atomic<Int>
+  /// The duplicate the writes went through, closed at the end (-1 for none).
+  let duplicate: Int32
+  /// The descriptor's status flags to restore at the end (-1: libdispatch restores them).
+  let flags: Int32
+  init(
+    descriptor: Int32, closing: Bool, body: @escaping @Sendable (Int32) -> Void, channels: Int,
+    duplicate: Int32 = -1, flags: Int32 = -1
+  ) {
     self.descriptor = descriptor
     self.closing = closing
     self.body = body
+    self.remaining = Atomic(channels)
+    self.duplicate = duplicate
+    self.flags = flags
   }
 }
 
 private func cleanupTrampoline(_ context: UnsafeMutableRawPointer?, _ error: Int32) {
   let box = Unmanaged<CleanupBox>.fromOpaque(context!).takeRetainedValue()
+  guard box.remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 else { return }
+  if box.flags >= 0 { system_setStatusFlags(box.descriptor, box.flags) }
+  if box.duplicate >= 0 { system_close(box.duplicate) }
   if box.closing { system_close(box.descriptor) }
   box.body(box.descriptor)
+}
+
+/// The barrier of a channel with two C channels: the first C barrier to be
+/// reached waits until the second is, which runs the body and lets it go.
+private final class BarrierRendezvous: @unchecked Sendable {  // the C semaphore is thread-safe
+  let body: @Sendable () -> Void
+  let reached = Mutex(false)
+  let released = Libdispatch.semaphore_create(0)
+  init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+  deinit { Libdispatch.release(released) }
+
+  @Sendable func arrive() {
+    let first = reached.withLock { reached in
+      defer { reached = true }
+      return !reached
+    }
+    if first {
+      _ = Libdispatch.semaphore_wait(released, Libdispatch.timeForever)
+    } else {
+      body()
+      _ = Libdispatch.semaphore_signal(released)
+    }
+  }
 }
 
 /// A read or write handler, released after its `done` call.

@@ -1,4 +1,5 @@
 import GCD
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -112,6 +113,12 @@ func createWithNoDescriptorLeft() {
   warm.merge(1)
   requireInChild(fired, "the warm-up source did not fire")
 
+  // A socket pair for IOChannel, made while descriptors are free.
+  var pair: [Int32] = [-1, -1]
+  childCheck(
+    socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0,
+    "socketpair: errno \(errno)")
+
   var limit = rlimit()
   childCheck(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, "getrlimit: errno \(errno)")
   limit.rlim_cur = rlim_t(openDescriptorTargets().keys.max() ?? 0) + 32
@@ -169,6 +176,22 @@ func createWithNoDescriptorLeft() {
     try FileSystemSource(fileDescriptor: fillers[0], events: .write, queue: queue)
   }
   first.cancel()
+  // A socket channel writes through a duplicate of its descriptor: with none left, the channel is
+  // unusable from the start, reports EMFILE to each operation and runs its cleanup once.
+  do {
+    let ended = Event()
+    let cleaned = Event()
+    let error = Mutex<Int32>(0)
+    let channel = IOChannel(fileDescriptor: pair[0], type: .stream, queue: queue) { _ in cleaned.signal() }
+    channel.read(length: 1, queue: queue) { done, _, failure in
+      guard done else { return }
+      error.withLock { $0 = failure }
+      ended.signal()
+    }
+    requireInChild(ended, "the read of a socket channel with no descriptor for its writes never ended")
+    childCheck(error.withLock { $0 } == EMFILE, "that read ended with errno \(error.withLock { $0 }), not EMFILE")
+    requireInChild(cleaned, "the cleanup of a socket channel with no descriptor for its writes never ran")
+  }
   // Nothing was left open by the failures: with descriptors back, each creation works.
   for descriptor in fillers.suffix(4) { close(descriptor) }
   fillers.removeLast(4)
@@ -180,6 +203,20 @@ func createWithNoDescriptorLeft() {
   } catch {
     endChild("failed: with descriptors free again, creation threw \(error)")
   }
+  let written = Event()
+  let writeError = Mutex<Int32>(-1)
+  let channel = IOChannel(fileDescriptor: pair[0], type: .stream, queue: queue) { close($0) }
+  channel.write(data: [42], queue: queue) { done, _, failure in
+    guard done else { return }
+    writeError.withLock { $0 = failure }
+    written.signal()
+  }
+  requireInChild(written, "with descriptors free again, the socket channel's write never ended")
+  var byte: UInt8 = 0
+  childCheck(
+    writeError.withLock { $0 } == 0 && recv(pair[1], &byte, 1, 0) == 1 && byte == 42,
+    "with descriptors free again, the socket channel did not write its byte")
+  close(pair[1])
   for descriptor in fillers { close(descriptor) }
   endChild("ok")
 }

@@ -69,6 +69,8 @@ struct FileStatus {
   var isDirectory: Bool
   /// A FIFO or a socket: a stream no offset applies to.
   var isStream: Bool
+  /// A socket or a character device (a terminal): one descriptor both read and written.
+  var isBidirectional: Bool
   var size: Int
   var links: UInt
 }
@@ -79,9 +81,22 @@ func system_fstat(_ descriptor: Int32) -> FileStatus? {
   guard fstat(descriptor, &status) == 0 else { return nil }
   return FileStatus(
     isDirectory: status.st_mode & S_IFMT == S_IFDIR,
-    isStream: status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK, size: Int(status.st_size),
-    links: UInt(status.st_nlink))
+    isStream: status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK,
+    isBidirectional: status.st_mode & S_IFMT == S_IFSOCK || status.st_mode & S_IFMT == S_IFCHR,
+    size: Int(status.st_size), links: UInt(status.st_nlink))
 }
+
+/// `fcntl(F_DUPFD_CLOEXEC)`: a close-on-exec duplicate; -1 and errno on failure.
+func system_duplicate(_ descriptor: Int32) -> Int32 { fcntl(descriptor, F_DUPFD_CLOEXEC, 0) }
+
+/// `fcntl(F_GETFL)`: the file status flags; -1 and errno on failure.
+func system_statusFlags(_ descriptor: Int32) -> Int32 { fcntl(descriptor, F_GETFL) }
+
+/// `fcntl(F_SETFL)`: sets the file status flags (`O_NONBLOCK`, `O_APPEND`, …).
+func system_setStatusFlags(_ descriptor: Int32, _ flags: Int32) { _ = fcntl(descriptor, F_SETFL, flags) }
+
+/// `O_NONBLOCK`.
+let system_nonBlocking = O_NONBLOCK
 
 /// `readlink(2)`: the target of a symbolic link or a `/proc/self/fd` entry.
 func system_readlink(_ path: String) -> String? {
