@@ -144,7 +144,7 @@ func measure(
     }
   }
   let count = countOverride ?? (quick ? benchmark.quickCount : benchmark.count)
-  let rounds = quick ? 1 : (benchmark.repeats ?? repeats)
+  let rounds = quick ? 1 : repeats
   if !quick {
     for (_, body) in runnable {
       _ = body(max(1, count / 4))

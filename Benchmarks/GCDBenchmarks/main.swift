@@ -17,7 +17,7 @@ let usage = """
     --filter SUBSTRING   only the operations (and memory rows) whose name contains SUBSTRING
     --only NAME          only the operation (or memory row) named NAME
     --quick              every operation once with a tiny count, for CI (exits 0; numbers mean nothing)
-    --repeats N          timed runs per variant (default 7)
+    --repeats N          timed runs per variant (default: the operation's own, else 7)
     --count N            operations per timed run, for every operation (default: each its own)
     --variant NAME       only this variant (C, GCD or Dispatch); may be repeated
     --json               JSON on standard output instead of the table and the op= lines
@@ -32,7 +32,8 @@ struct Options {
   var filter: String?
   var only: String?
   var quick = false
-  var repeats = 7
+  /// Timed runs per variant when given; otherwise each operation's own, else 7.
+  var repeats: Int?
   var count: Int?
   var variants: [Variant] = []
   var json = false
@@ -137,7 +138,7 @@ for benchmark in benchmarks where selected(benchmark.name) {
   note("running \(benchmark.name)")
   results.append(
     measure(
-      benchmark, variants: options.variants, repeats: options.repeats, quick: options.quick,
+      benchmark, variants: options.variants, repeats: options.repeats ?? benchmark.repeats ?? 7, quick: options.quick,
       countOverride: options.count, heapInUse: library?.heapInUse))
 }
 
@@ -160,7 +161,7 @@ if options.memory {
 }
 
 let report = Report(
-  machine: .current(), repeats: options.repeats, quick: options.quick, results: results, objects: objects,
+  machine: .current(), repeats: options.repeats ?? 7, quick: options.quick, results: results, objects: objects,
   objectCount: objectCount,
   objectsMissing: options.memory && library == nil ? "needs the C library, " + CLibrary.missing : nil, rss: peaks)
 if options.json {

@@ -2,6 +2,7 @@
 #include "CGCD.h"
 
 #include <fcntl.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -122,4 +123,26 @@ __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintp
   struct cgcd_call call = cgcd_call_make(queue, flags, context);
   call.function.indexed = function;
   cgcd_dispatch_apply_f(iterations, queue, &call, cgcd_apply_trampoline);
+}
+
+// MARK: - Copying dispatch data out
+
+struct cgcd_copy {
+  char *target;
+  size_t start;
+  size_t end;
+};
+
+static bool cgcd_copy_region(void *context, void *region, size_t offset, const void *buffer, size_t size) {
+  (void)region;
+  const struct cgcd_copy *copy = context;
+  size_t from = offset > copy->start ? offset : copy->start;
+  size_t to = offset + size < copy->end ? offset + size : copy->end;
+  if (to > from) memcpy(copy->target + (from - copy->start), (const char *)buffer + (from - offset), to - from);
+  return offset + size < copy->end;
+}
+
+void cgcd_data_copy_out(void *data, void *target, size_t start, size_t end) {
+  struct cgcd_copy copy = {target, start, end};
+  cgcd_data_apply_f(data, &copy, cgcd_copy_region);
 }

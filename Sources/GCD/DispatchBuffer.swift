@@ -289,21 +289,10 @@ public struct DispatchBuffer: Sendable {
       range.lowerBound >= 0 && range.upperBound <= total,
       "GCD: DispatchBuffer.copyBytes(from: \(range)): out of bounds for \(total) bytes")
     guard let target = destination.baseAddress else { return 0 }
-    var copy = Copy(
-      target: target, start: range.lowerBound, end: range.lowerBound + Swift.min(range.count, destination.count))
-    guard copy.end > copy.start else { return 0 }
-    withUnsafeMutablePointer(to: &copy) { copy in
-      _ = Libdispatch.data_apply_f(storage.raw, copy) { context, _, offset, buffer, size in
-        let copy = context!.assumingMemoryBound(to: Copy.self)
-        let from = Swift.max(offset, copy.pointee.start)
-        let to = Swift.min(offset + size, copy.pointee.end)
-        if to > from {
-          system_memcpy(copy.pointee.target + (from - copy.pointee.start), buffer + (from - offset), to - from)
-        }
-        return offset + size < copy.pointee.end
-      }
-    }
-    return copy.end - copy.start
+    let end = range.lowerBound + Swift.min(range.count, destination.count)
+    guard end > range.lowerBound else { return 0 }
+    Libdispatch.data_copy_out(storage.raw, target, range.lowerBound, end)
+    return end - range.lowerBound
   }
 
   /// Calls `body` with all the bytes in one contiguous piece of memory.
@@ -353,13 +342,6 @@ public struct DispatchBuffer: Sendable {
 /// The context of `enumerateRegions`'s C callback.
 private struct RegionWalk {
   var body: (UnsafeRawBufferPointer, Int) -> Bool
-}
-
-/// The context of `copyBytes`'s C callback.
-private struct Copy {
-  var target: UnsafeMutableRawPointer
-  var start: Int
-  var end: Int
 }
 
 // MARK: - Collection

@@ -16,9 +16,12 @@ import Synchronization
 /// - Dropping the last reference stops the channel (`dispatch_io_close` with
 ///   `DISPATCH_IO_STOP`): pending reads end with `ECANCELED`, and the
 ///   descriptor is let go, instead of being held until end of file.
-/// - A stream channel starts with a low-water mark of 1 byte, so each read
-///   delivers what arrives (libdispatch's default, one 1 MiB chunk, holds
-///   back every smaller amount). Set your own with ``setLimit(lowWater:highWater:)``.
+/// - A stream channel's reads start with a low-water mark of 1 byte, so each
+///   read delivers what arrives (libdispatch's default, one 1 MiB chunk,
+///   holds back every smaller amount). Writes keep libdispatch's default, so
+///   a write's handler runs when it is done rather than after every partial
+///   write (a channel over a write-only descriptor, or the writes of a
+///   socket's channel, below). Set your own with ``setLimit(lowWater:highWater:)``.
 /// - A write to a pipe or socket whose reader is gone fails with `EPIPE`
 ///   instead of killing the process: the first channel installs a
 ///   do-nothing `SIGPIPE` handler if the signal still has its default
@@ -185,10 +188,11 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     let sourceWriter = type == .stream ? channel.writer : nil
     let box = CleanupBox(
       descriptor: descriptor, closing: false, body: cleanup, channels: sourceWriter == nil ? 1 : 2)
-    self.raw = Self.create(type: type, from: source, queue: queue, box: box)
+    let reads = Self.create(type: type, from: source, queue: queue, box: box)
+    self.raw = reads
     self.writer = sourceWriter.map { Self.create(type: .stream, from: $0, queue: queue, box: box) }
     self.failure = 0
-    if type == .stream { setLimit(lowWater: 1) }
+    if type == .stream && !system_isWriteOnly(descriptor) { Libdispatch.io_set_low_water(reads, 1) }
   }
 
   /// - Parameter splitting: Give the writes of a socket or character device
@@ -238,7 +242,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       writer = nil
     }
     self.failure = 0
-    if type == .stream { setLimit(lowWater: 1) }
+    // Reads deliver what arrives. Writes keep libdispatch's default: at 1 byte their handler would
+    // run after every partial write, with a new buffer for the rest each time.
+    if type == .stream && !system_isWriteOnly(descriptor), let raw { Libdispatch.io_set_low_water(raw, 1) }
   }
 
   /// A C channel over `descriptor` whose cleanup releases one reference of `box`.
@@ -355,9 +361,10 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// Sets how many bytes a read or write gathers before its handler runs
   /// (`lowWater`) and the most one handler call delivers (`highWater`).
   ///
-  /// Stream channels of this package start at a low-water mark of 1 byte
-  /// (deliver what arrives); random-access channels at libdispatch's
-  /// default (one chunk, 1 MiB). A nil value leaves that mark as it is.
+  /// The reads of a stream channel start at a low-water mark of 1 byte
+  /// (deliver what arrives); writes, and random-access channels, at
+  /// libdispatch's default (one chunk, 1 MiB). The marks set here apply to
+  /// reads and writes alike. A nil value leaves that mark as it is.
   /// Negative values are clamped to 0.
   ///
   /// - Parameters:

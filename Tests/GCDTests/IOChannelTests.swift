@@ -146,6 +146,12 @@ private final class Cleanup: Sendable {
   }
 }
 
+/// `read(2)` into `bytes`, pausing a moment first so that the writer runs ahead.
+private func recvOrRead(_ descriptor: Int32, _ bytes: inout [UInt8]) -> Int {
+  usleep(1_000)
+  return bytes.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+}
+
 private func write(_ descriptor: Int32, _ bytes: [UInt8]) {
   precondition(bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) } == bytes.count)
 }
@@ -613,6 +619,38 @@ struct IOChannelTests {
     #expect(waiting.finished.wait())
     #expect(waiting.received == [1, 2, 3])
     #expect(waiting.finalError == 0)
+  }
+
+  @Test(
+    "writes keep libdispatch's low-water mark: a 512 KiB write through a pipe or a socket reports once, when done; at 1 byte a pipe write reports its progress"
+  )
+  func writeProgress() {
+    func partialReports(_ channel: IOChannel, into peer: Int32) -> Int {
+      let write = Operation()
+      channel.write(data: patternBytes(512 * 1024), queue: queue, handler: write.handler)
+      // The peer drains slowly, 16 KiB at a time, so the write has many partial ends.
+      var drained = 0
+      var bytes = [UInt8](repeating: 0, count: 16 * 1024)
+      while drained < 512 * 1024 {
+        let got = recvOrRead(peer, &bytes)
+        if got <= 0 { break }
+        drained += got
+      }
+      #expect(write.finished.wait())
+      #expect(write.finalError == 0 && drained == 512 * 1024)
+      return write.deliveries.withLock { $0.filter { !$0.done }.count }
+    }
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(readEnd) }
+    let pipeChannel = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    #expect(partialReports(pipeChannel, into: readEnd) == 0)
+    let (client, server) = tcpPair()
+    defer { close(server) }
+    let socketChannel = IOChannel(fileDescriptor: client, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    #expect(partialReports(socketChannel, into: server) == 0)
+    // A pipe holds 64 KiB: at a low-water mark of 1 byte each partial write is reported.
+    pipeChannel.setLimit(lowWater: 1)
+    #expect(partialReports(pipeChannel, into: readEnd) > 0)
   }
 
   @Test("the high-water mark caps each delivery")

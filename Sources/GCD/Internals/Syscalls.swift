@@ -98,6 +98,9 @@ func system_setStatusFlags(_ descriptor: Int32, _ flags: Int32) { _ = fcntl(desc
 /// `O_NONBLOCK`.
 let system_nonBlocking = O_NONBLOCK
 
+/// Whether `descriptor` was opened for writing only (`O_WRONLY`): nothing will be read from it.
+func system_isWriteOnly(_ descriptor: Int32) -> Bool { fcntl(descriptor, F_GETFL) & O_ACCMODE == O_WRONLY }
+
 /// `readlink(2)`: the target of a symbolic link or a `/proc/self/fd` entry.
 func system_readlink(_ path: String) -> String? {
   var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
