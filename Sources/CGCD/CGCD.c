@@ -142,7 +142,18 @@ static bool cgcd_copy_region(void *context, void *region, size_t offset, const v
   return offset + size < copy->end;
 }
 
-void cgcd_data_copy_out(void *data, void *target, size_t start, size_t end) {
+// The whole object: no region needs clamping (the loop a C caller writes).
+static bool cgcd_copy_whole_region(void *context, void *region, size_t offset, const void *buffer, size_t size) {
+  (void)region;
+  memcpy((char *)context + offset, buffer, size);
+  return true;
+}
+
+void cgcd_data_copy_out(void *data, void *target, size_t start, size_t end, size_t total) {
+  if (start == 0 && end == total) {
+    cgcd_data_apply_f(data, target, cgcd_copy_whole_region);
+    return;
+  }
   struct cgcd_copy copy = {target, start, end};
   cgcd_data_apply_f(data, &copy, cgcd_copy_region);
 }

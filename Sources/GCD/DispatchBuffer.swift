@@ -18,7 +18,7 @@ import Synchronization
 ///
 /// The corresponding C type is `dispatch_data_t`.
 public struct DispatchBuffer: Sendable {
-  @usableFromInline let storage: Storage
+  @usableFromInline var storage: Storage
 
   /// The one reference to the C object a set of buffer copies shares.
   ///
@@ -26,7 +26,8 @@ public struct DispatchBuffer: Sendable {
   /// region table is computed at most once per winner and published through an atomic.
   @usableFromInline
   final class Storage: @unchecked Sendable {
-    @usableFromInline let raw: OpaquePointer
+    /// Replaced only by `adopt`, while one buffer alone holds this box.
+    @usableFromInline var raw: OpaquePointer
     let table = Atomic<Unmanaged<RegionTable>?>(nil)
 
     @inlinable init(adopting raw: OpaquePointer) { self.raw = raw }
@@ -34,6 +35,16 @@ public struct DispatchBuffer: Sendable {
     deinit {
       table.load(ordering: .acquiring)?.release()
       Libdispatch.release(raw)
+    }
+
+    /// Gives the box a new C object (a +1 reference) in place of its own:
+    /// for a buffer that is the only holder of the box, so that `append`
+    /// allocates no new box. A region table made for the old object keeps
+    /// that object alive for whoever still reads it.
+    @usableFromInline func adopt(_ new: OpaquePointer) {
+      table.exchange(nil, ordering: .acquiringAndReleasing)?.release()
+      Libdispatch.release(raw)
+      raw = new
     }
 
     /// The regions with their offsets, computed on first use.
@@ -48,8 +59,10 @@ public struct DispatchBuffer: Sendable {
     }
   }
 
-  /// The contiguous regions of one C object, in order: valid as long as the object.
-  final class RegionTable: Sendable {
+  /// The contiguous regions of one C object, in order; the table holds a
+  /// reference to the object, so the regions stay valid as long as the table
+  /// (an iterator holds only the table).
+  final class RegionTable: @unchecked Sendable {  // the C object is immutable and thread-safe
     struct Region {
       var offset: Int
       // `Int` bit pattern of the region's first byte (a pointer is not Sendable).
@@ -58,8 +71,13 @@ public struct DispatchBuffer: Sendable {
       var base: UnsafeRawPointer { UnsafeRawPointer(bitPattern: address)! }
     }
     let regions: [Region]
+    let object: OpaquePointer
+
+    deinit { Libdispatch.release(object) }
 
     init(_ raw: OpaquePointer) {
+      Libdispatch.retain(raw)
+      object = raw
       var regions: [Region] = []
       withUnsafeMutablePointer(to: &regions) { list in
         _ = Libdispatch.data_apply_f(raw, list) { context, _, offset, buffer, size in
@@ -195,7 +213,14 @@ public struct DispatchBuffer: Sendable {
   /// - Parameter other: The bytes to put after this buffer's.
   ///
   /// The corresponding C function is `dispatch_data_create_concat`.
-  @inlinable public mutating func append(_ other: DispatchBuffer) { self = appending(other) }
+  @inlinable public mutating func append(_ other: DispatchBuffer) {
+    let joined = Libdispatch.data_create_concat(storage.raw, other.storage.raw)
+    if isKnownUniquelyReferenced(&storage) {
+      storage.adopt(joined)
+    } else {
+      storage = Storage(adopting: joined)
+    }
+  }
 
   /// The concatenation of two buffers, sharing the bytes of both.
   ///
@@ -291,7 +316,7 @@ public struct DispatchBuffer: Sendable {
     guard let target = destination.baseAddress else { return 0 }
     let end = range.lowerBound + Swift.min(range.count, destination.count)
     guard end > range.lowerBound else { return 0 }
-    Libdispatch.data_copy_out(storage.raw, target, range.lowerBound, end)
+    Libdispatch.data_copy_out(storage.raw, target, range.lowerBound, end, total: total)
     return end - range.lowerBound
   }
 

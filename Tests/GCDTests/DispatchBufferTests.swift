@@ -117,6 +117,38 @@ struct DispatchBufferTests {
     #expect(first.count == 100)
   }
 
+  @Test(
+    "append grows a buffer only it holds in place, and leaves copies and iterators made before it with their bytes"
+  )
+  func appendInPlace() {
+    var grown = DispatchBuffer()
+    for part in 0..<100 { grown.append(counting(3, from: part * 3)) }
+    #expect(grown.count == 300 && grown.regionCount == 100)
+    #expect(Array(grown) == (0..<300).map { UInt8(truncatingIfNeeded: $0) })
+    var buffer = counting(4) + counting(4, from: 4)
+    let copy = buffer
+    var iterator = buffer.makeIterator()
+    buffer.append(counting(4, from: 8))
+    #expect(Array(buffer) == (0..<12).map { UInt8($0) })
+    #expect(Array(copy) == (0..<8).map { UInt8($0) })
+    var iterated: [UInt8] = []
+    while let byte = iterator.next() { iterated.append(byte) }
+    #expect(iterated == (0..<8).map { UInt8($0) })
+    buffer.append(buffer)
+    #expect(Array(buffer) == (0..<12).map { UInt8($0) } + (0..<12).map { UInt8($0) })
+  }
+
+  @Test("an iterator keeps the bytes alive after the buffer it came from is gone")
+  func iteratorOutlivesBuffer() {
+    var iterator = { counting(64) + counting(64, from: 64) }().makeIterator()
+    // Reuse the freed memory, if it were freed.
+    let reuse = (0..<64).map { _ in [UInt8](repeating: 0xEE, count: 64) }
+    var iterated: [UInt8] = []
+    while let byte = iterator.next() { iterated.append(byte) }
+    #expect(iterated == (0..<128).map { UInt8($0) })
+    #expect(reuse.count == 64)
+  }
+
   @Test("extracting shares the bytes and starts its indices at 0")
   func extracting() {
     let joined = counting(100) + counting(100, from: 100)

@@ -232,12 +232,13 @@ typedef bool (*cgcd_data_applier_t)(void *_Nullable context, void *region, size_
 extern bool cgcd_data_apply_f(void *data, void *_Nullable context, cgcd_data_applier_t applier)
     __asm__("dispatch_data_apply_f");
 
-/// Copies bytes `[start, end)` of the dispatch data object `data` into `target`,
-/// region by region (`dispatch_data_apply_f` with a C applier that `memcpy`s
-/// each region's part of the range, and stops after the last one).
+/// Copies bytes `[start, end)` of the dispatch data object `data` (of `total`
+/// bytes) into `target`, region by region (`dispatch_data_apply_f` with a C
+/// applier that `memcpy`s each region's part of the range and stops after the
+/// last one; for the whole object, one that copies each region as it is).
 /// `DispatchBuffer.copyBytes` calls it: the applier runs once per region, so it
 /// is C, as the loop of a C caller would be.
-void cgcd_data_copy_out(void *data, void *target, size_t start, size_t end);
+void cgcd_data_copy_out(void *data, void *target, size_t start, size_t end, size_t total);
 
 /// `dispatch_io_handler_function_t` (libdispatch's private io_private.h).
 typedef void (*cgcd_io_handler_t)(void *_Nullable context, bool done, void *_Nullable data, int error);

@@ -324,8 +324,10 @@ extension Libdispatch {
     cgcd_data_apply_f(UnsafeMutableRawPointer(data), context, applier)
   }
   /// `dispatch_data_apply_f` with CGCD's copying applier (`cgcd_data_copy_out`).
-  static func data_copy_out(_ data: OpaquePointer, _ target: UnsafeMutableRawPointer, _ start: Int, _ end: Int) {
-    cgcd_data_copy_out(UnsafeMutableRawPointer(data), target, start, end)
+  static func data_copy_out(
+    _ data: OpaquePointer, _ target: UnsafeMutableRawPointer, _ start: Int, _ end: Int, total: Int
+  ) {
+    cgcd_data_copy_out(UnsafeMutableRawPointer(data), target, start, end, total)
   }
   @inlinable static func data_copy_region(_ data: OpaquePointer, _ location: Int, _ offset: UnsafeMutablePointer<Int>)
     -> OpaquePointer
