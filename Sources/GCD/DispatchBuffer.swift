@@ -27,7 +27,7 @@ public struct DispatchBuffer: Sendable {
   @usableFromInline
   final class Storage: @unchecked Sendable {
     /// Replaced only by `adopt`, while one buffer alone holds this box.
-    @usableFromInline var raw: OpaquePointer
+    @exclusivity(unchecked) @usableFromInline var raw: OpaquePointer
     let table = Atomic<Unmanaged<RegionTable>?>(nil)
 
     @inlinable init(adopting raw: OpaquePointer) { self.raw = raw }
