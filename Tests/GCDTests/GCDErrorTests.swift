@@ -175,7 +175,6 @@ func createWithNoDescriptorLeft() {
     () throws(GCDError) in
     try FileSystemSource(fileDescriptor: fillers[0], events: .write, queue: queue)
   }
-  first.cancel()
   // A socket channel writes through a duplicate of its descriptor: with none left, the channel is
   // unusable from the start, reports EMFILE to each operation and runs its cleanup once.
   do {
@@ -183,15 +182,17 @@ func createWithNoDescriptorLeft() {
     let cleaned = Event()
     let error = Mutex<Int32>(0)
     let channel = IOChannel(fileDescriptor: pair[0], type: .stream, queue: queue) { _ in cleaned.signal() }
+    childCheck(channel.unsafeObject == nil, "a socket channel got its C channels with no descriptor left")
     channel.read(length: 1, queue: queue) { done, _, failure in
       guard done else { return }
       error.withLock { $0 = failure }
       ended.signal()
     }
-    requireInChild(ended, "the read of a socket channel with no descriptor for its writes never ended")
+    childCheck(ended.wait(), "the read of a socket channel with no descriptor for its writes never ended")
     childCheck(error.withLock { $0 } == EMFILE, "that read ended with errno \(error.withLock { $0 }), not EMFILE")
-    requireInChild(cleaned, "the cleanup of a socket channel with no descriptor for its writes never ran")
+    childCheck(cleaned.wait(), "the cleanup of a socket channel with no descriptor for its writes never ran")
   }
+  first.cancel()
   // Nothing was left open by the failures: with descriptors back, each creation works.
   for descriptor in fillers.suffix(4) { close(descriptor) }
   fillers.removeLast(4)
@@ -211,11 +212,11 @@ func createWithNoDescriptorLeft() {
     writeError.withLock { $0 = failure }
     written.signal()
   }
-  requireInChild(written, "with descriptors free again, the socket channel's write never ended")
+  childCheck(written.wait(), "with descriptors free again, the socket channel's write never ended")
   var byte: UInt8 = 0
   childCheck(
     writeError.withLock { $0 } == 0 && recv(pair[1], &byte, 1, 0) == 1 && byte == 42,
-    "with descriptors free again, the socket channel did not write its byte")
+    "with descriptors free again, the socket channel did not write its byte (errno \(writeError.withLock { $0 }))")
   close(pair[1])
   for descriptor in fillers { close(descriptor) }
   endChild("ok")
