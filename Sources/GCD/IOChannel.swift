@@ -29,7 +29,6 @@ import Synchronization
 /// - ``init(path:flags:mode:type:queue:cleanup:)`` opens the file itself and
 ///   throws at once (a relative path, a missing file, a FIFO for random
 ///   access), where the C function returns NULL or reports the error later.
-///
 /// - A stream channel over a socket or a character device (a terminal)
 ///   reads and writes through two C channels: the writes go through a second
 ///   one over a close-on-exec duplicate of the descriptor. With one long
@@ -268,13 +267,16 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   }
 
   deinit {
-    guard let raw else { return }
-    Libdispatch.io_close(raw, Libdispatch.ioStop)
-    Libdispatch.release(raw)
-    if let writer {
-      Libdispatch.io_close(writer, Libdispatch.ioStop)
-      Libdispatch.release(writer)
+    eachChannel { raw in
+      Libdispatch.io_close(raw, Libdispatch.ioStop)
+      Libdispatch.release(raw)
     }
+  }
+
+  /// Calls `body` with each C channel: none, the one, or the reads' and the writes'.
+  private func eachChannel(_ body: (OpaquePointer) -> Void) {
+    if let raw { body(raw) }
+    if let writer { body(writer) }
   }
 
   /// The descriptor, or -1 once the channel is closed.
@@ -373,8 +375,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C functions are `dispatch_io_set_low_water` and `dispatch_io_set_high_water`.
   public func setLimit(lowWater: Int? = nil, highWater: Int? = nil) {
-    for raw in [raw, writer] {
-      guard let raw else { continue }
+    eachChannel { raw in
       if let lowWater { Libdispatch.io_set_low_water(raw, max(lowWater, 0)) }
       if let highWater { Libdispatch.io_set_high_water(raw, max(highWater, 0)) }
     }
@@ -394,8 +395,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   public func setInterval(_ interval: Duration, strict: Bool = false) {
     let (seconds, attoseconds) = interval.components
     let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds / 1_000_000_000)
-    for raw in [raw, writer] {
-      guard let raw else { continue }
+    eachChannel { raw in
       Libdispatch.io_set_interval(raw, UInt64(nanoseconds), strict ? Libdispatch.ioStrictInterval : 0)
     }
   }
@@ -418,12 +418,12 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       Queue.global().async(body)
       return
     }
-    guard let writer else {
+    guard writer != nil else {
       Libdispatch.io_barrier_f(raw, Unmanaged.passRetained(WorkBox(body)).toOpaque(), barrierTrampoline)
       return
     }
     let rendezvous = BarrierRendezvous(body)
-    for raw in [raw, writer] {
+    eachChannel { raw in
       Libdispatch.io_barrier_f(raw, Unmanaged.passRetained(WorkBox(rendezvous.arrive)).toOpaque(), barrierTrampoline)
     }
   }
@@ -439,10 +439,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C function is `dispatch_io_close`.
   public func close(stop: Bool = false) {
-    for raw in [raw, writer] {
-      guard let raw else { continue }
-      Libdispatch.io_close(raw, stop ? Libdispatch.ioStop : 0)
-    }
+    eachChannel { Libdispatch.io_close($0, stop ? Libdispatch.ioStop : 0) }
   }
 
   // MARK: One-shot operations
