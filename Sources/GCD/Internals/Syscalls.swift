@@ -99,7 +99,7 @@ func system_setStatusFlags(_ descriptor: Int32, _ flags: Int32) { _ = fcntl(desc
 let system_nonBlocking = O_NONBLOCK
 
 /// Whether `descriptor` was opened for writing only (`O_WRONLY`): nothing will be read from it.
-func system_isWriteOnly(_ descriptor: Int32) -> Bool { fcntl(descriptor, F_GETFL) & O_ACCMODE == O_WRONLY }
+func system_isWriteOnly(_ descriptor: Int32) -> Bool { system_statusFlags(descriptor) & O_ACCMODE == O_WRONLY }
 
 /// `readlink(2)`: the target of a symbolic link or a `/proc/self/fd` entry.
 func system_readlink(_ path: String) -> String? {
@@ -253,12 +253,6 @@ func system_malloc(_ size: Int) -> UnsafeMutableRawPointer {
 /// `free(memory)`.
 @inlinable
 func system_free(_ memory: UnsafeMutableRawPointer) { free(memory) }
-
-/// `memcpy(destination, source, count)`.
-@inlinable
-func system_memcpy(_ destination: UnsafeMutableRawPointer, _ source: UnsafeRawPointer, _ count: Int) {
-  memcpy(destination, source, count)
-}
 
 /// `memcmp(first, second, count) == 0`.
 @inlinable
