@@ -18,10 +18,11 @@ import Synchronization
 ///   descriptor is let go, instead of being held until end of file.
 /// - A stream channel's reads start with a low-water mark of 1 byte, so each
 ///   read delivers what arrives (libdispatch's default, one 1 MiB chunk,
-///   holds back every smaller amount). Writes keep libdispatch's default, so
-///   a write's handler runs when it is done rather than after every partial
-///   write (a channel over a write-only descriptor, or the writes of a
-///   socket's channel, below). Set your own with ``setLimit(lowWater:highWater:)``.
+///   holds back every smaller amount). Its writes keep libdispatch's
+///   default, so a write's handler runs when the write is done rather than
+///   after every partial write — except on a stream over a file or FIFO
+///   opened for reading and writing, whose one C channel has one mark for
+///   both. Set your own with ``setLimit(lowWater:highWater:)``.
 /// - A write to a pipe or socket whose reader is gone fails with `EPIPE`
 ///   instead of killing the process: the first channel installs a
 ///   do-nothing `SIGPIPE` handler if the signal still has its default
