@@ -240,7 +240,7 @@ struct IOChannelTests {
   }
 
   @Test(
-    "a socket channel's two C channels end as one: the cleanup runs once after both, the duplicate is closed, the caller's flags are restored"
+    "a socket channel's two C channels end as one: a stop or a drop ends a waiting read; the cleanup runs once after both, the duplicate is closed, the caller's flags are restored"
   )
   func socketChannelEnds() {
     for ending in 0..<3 {
@@ -252,6 +252,7 @@ struct IOChannelTests {
       let openAtCleanup = Mutex(0)
       let cleanup = Cleanup()
       let wrote = Operation()
+      let waiting = Operation()
       do {
         let channel = IOChannel(fileDescriptor: client, type: .stream, queue: queue) { fd in
           flagsAtCleanup.withLock { $0 = fcntl(fd, F_GETFL) }
@@ -263,11 +264,17 @@ struct IOChannelTests {
         #expect(openDescriptorTargets().values.filter { $0 == object }.count == 2)
         channel.write(data: [1, 2, 3], queue: queue, handler: wrote.handler)
         #expect(wrote.finished.wait())
+        // A stop or a drop also ends a read that waits for bytes the peer never sends.
+        if ending > 0 { channel.read(length: 10, queue: queue, handler: waiting.handler) }
         switch ending {
         case 0: channel.close()
         case 1: channel.close(stop: true)
         default: break  // dropped
         }
+      }
+      if ending > 0 {
+        #expect(waiting.finished.wait(), "ending \(ending)")
+        #expect(waiting.finalError == ECANCELED, "ending \(ending)")
       }
       #expect(cleanup.ran.wait(), "ending \(ending)")
       #expect(!pollBriefly { cleanup.calls.current > 1 }, "ending \(ending)")
