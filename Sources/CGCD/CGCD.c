@@ -2,6 +2,7 @@
 #include "CGCD.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,6 +35,13 @@ extern void cgcd_dispatch_barrier_sync_f(void *queue, void *context, void (*work
     __asm__("dispatch_barrier_sync_f");
 extern void cgcd_dispatch_apply_f(size_t iterations, void *queue, void *context, void (*work)(void *, size_t))
     __asm__("dispatch_apply_f");
+extern void cgcd_dispatch_async_f(void *queue, void *context, void (*work)(void *)) __asm__("dispatch_async_f");
+extern void cgcd_dispatch_barrier_async_f(void *queue, void *context, void (*work)(void *))
+    __asm__("dispatch_barrier_async_f");
+extern void cgcd_dispatch_after_f(uint64_t when, void *queue, void *context, void (*work)(void *))
+    __asm__("dispatch_after_f");
+extern void cgcd_dispatch_group_notify_f(void *group, void *queue, void *context, void (*work)(void *))
+    __asm__("dispatch_group_notify_f");
 
 // dispatch_barrier_sync_f or dispatch_sync_f, as the caller asked.
 static inline void cgcd_dispatch_sync_either(uintptr_t barrier, void *queue, void *context, void (*work)(void *)) {
@@ -52,6 +60,8 @@ struct cgcd_call {
   union {
     cgcd_swift_closure_fn closure;
     cgcd_swift_index_fn indexed;
+    void (*plain)(void *);
+    void (*plain_indexed)(void *, size_t);
   } function;
   void *context;
 };
@@ -120,9 +130,96 @@ static void cgcd_apply_trampoline(void *argument, size_t index) {
 
 __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
                                            cgcd_swift_index_fn function, void *context) {
-  struct cgcd_call call = cgcd_call_make(queue, flags, context);
+  struct cgcd_call call = cgcd_call_make(queue, flags | CGCD_FRAME_FORKED, context);
   call.function.indexed = function;
   cgcd_dispatch_apply_f(iterations, queue, &call, cgcd_apply_trampoline);
+}
+
+// MARK: - The function forms inside a frame
+
+static void cgcd_sync_function_trampoline(void *argument) {
+  struct cgcd_call *call = argument;
+  cgcd_frame_t *saved = cgcd_current_frame;
+  cgcd_current_frame = &call->frame;
+  call->function.plain(call->context);
+  cgcd_current_frame = saved;
+}
+
+void cgcd_sync_function(void *queue, uintptr_t flags, uintptr_t barrier, void *context, void (*function)(void *)) {
+  struct cgcd_call call = cgcd_call_make(queue, flags, context);
+  call.function.plain = function;
+  cgcd_dispatch_sync_either(barrier, queue, &call, cgcd_sync_function_trampoline);
+}
+
+void cgcd_sync_function_here(void *queue, uintptr_t flags, uintptr_t barrier, void *context,
+                             void (*function)(void *)) {
+  cgcd_frame_t frame = {.queue = queue, .flags = flags, .prev = NULL};
+  cgcd_current_frame = &frame;
+  cgcd_dispatch_sync_either(barrier, queue, context, function);
+  cgcd_current_frame = NULL;
+}
+
+// An asynchronous function call on its way to its queue: what its frame needs
+// (the queue and the flags) beside the caller's function and context.
+struct cgcd_async_call {
+  void *queue;
+  uintptr_t flags;
+  void *context;
+  void (*function)(void *);
+};
+
+static struct cgcd_async_call *cgcd_async_call_make(void *queue, uintptr_t flags, void *context,
+                                                    void (*function)(void *)) {
+  struct cgcd_async_call *call = malloc(sizeof *call);
+  if (call == NULL) abort();
+  *call = (struct cgcd_async_call){.queue = queue, .flags = flags, .context = context, .function = function};
+  return call;
+}
+
+static void cgcd_async_function_trampoline(void *argument) {
+  struct cgcd_async_call call = *(struct cgcd_async_call *)argument;
+  free(argument);
+  cgcd_frame_t frame = {.queue = call.queue, .flags = call.flags, .prev = cgcd_current_frame};
+  cgcd_current_frame = &frame;
+  call.function(call.context);
+  cgcd_current_frame = frame.prev;
+}
+
+void cgcd_async_function(void *queue, uintptr_t flags, uintptr_t barrier, void *context, void (*function)(void *)) {
+  struct cgcd_async_call *call = cgcd_async_call_make(queue, flags, context, function);
+  if (barrier) {
+    cgcd_dispatch_barrier_async_f(queue, call, cgcd_async_function_trampoline);
+  } else {
+    cgcd_dispatch_async_f(queue, call, cgcd_async_function_trampoline);
+  }
+}
+
+void cgcd_after_function(uint64_t when, void *queue, uintptr_t flags, void *context, void (*function)(void *)) {
+  // DISPATCH_TIME_FOREVER: dispatch_after_f drops the call without running
+  // it (and would leak the record).
+  if (when == UINT64_MAX) return;
+  cgcd_dispatch_after_f(when, queue, cgcd_async_call_make(queue, flags, context, function),
+                        cgcd_async_function_trampoline);
+}
+
+void cgcd_group_notify_function(void *group, void *queue, uintptr_t flags, void *context, void (*function)(void *)) {
+  cgcd_dispatch_group_notify_f(group, queue, cgcd_async_call_make(queue, flags, context, function),
+                               cgcd_async_function_trampoline);
+}
+
+static void cgcd_apply_function_trampoline(void *argument, size_t index) {
+  struct cgcd_call *call = argument;
+  cgcd_frame_t *saved = cgcd_current_frame;
+  cgcd_current_frame = &call->frame;
+  call->function.plain_indexed(call->context, index);
+  cgcd_current_frame = saved;
+}
+
+void cgcd_apply_function(size_t iterations, void *queue, uintptr_t flags, void *context,
+                         void (*function)(void *, size_t)) {
+  struct cgcd_call call = cgcd_call_make(queue, flags | CGCD_FRAME_FORKED, context);
+  call.function.plain_indexed = function;
+  cgcd_dispatch_apply_f(iterations, queue, &call, cgcd_apply_function_trampoline);
 }
 
 // MARK: - Copying dispatch data out

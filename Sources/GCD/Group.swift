@@ -63,7 +63,7 @@ public final class Group: DispatchObject, @unchecked Sendable {
     function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
     enter()
-    let work = GroupFunctionWork(group: self, context: context, function: function)
+    let work = GroupFunctionWork(group: self, context: context, function: function, queue: queue)
     Libdispatch.async_f(queue.raw, Unmanaged.passRetained(work).toOpaque()) { GroupFunctionWork.run($0) }
   }
 
@@ -157,7 +157,8 @@ public final class Group: DispatchObject, @unchecked Sendable {
     }
   }
 
-  /// Submits a C function and its context to `queue` once the group is done.
+  /// Submits a C function and its context to `queue` once the group is
+  /// done; it runs inside the package's frame for the queue.
   ///
   /// The corresponding C function is `dispatch_group_notify_f`.
   @inlinable
@@ -165,6 +166,6 @@ public final class Group: DispatchObject, @unchecked Sendable {
     on queue: Queue, context: UnsafeMutableRawPointer?,
     function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    Libdispatch.group_notify_f(raw, queue.raw, context, function)
+    Libdispatch.groupNotifyInFrame(raw, queue.raw, queue.flags, context, function)
   }
 }

@@ -88,7 +88,7 @@ extension Queue {
   /// (a barrier, or work of a serial queue that targets it).
   final var isHeldExclusively: Bool {
     var found = false
-    forEachFrame { frameQueue, frameExclusive in
+    forEachRunningFrame { frameQueue, frameExclusive in
       forEachInChain(frameQueue, exclusive: frameExclusive) { held, heldExclusive in
         found = held == raw && heldExclusive
         return !found

@@ -75,15 +75,22 @@ extension Queue {
   }
 
   /// Whether the current thread is running work of this queue: directly,
-  /// inside a nested `sync` or `apply`, or through a queue that targets
-  /// this one. Only work submitted through this package is seen.
+  /// inside a nested `sync`, or through a queue that targets this one. Only
+  /// work submitted through this package is seen.
+  ///
+  /// For a serial queue it is true on one thread at a time. Inside an
+  /// iteration of `apply` it is true for the queue `apply` runs on (and its
+  /// targets), not for the queues of the code that called `apply`: that
+  /// thread holds them while iterations run on several threads at once, so
+  /// none of those threads runs their work exclusively. (`sync` onto such a
+  /// queue from an iteration still stops with the deadlock message.)
   ///
   /// This is the question libdispatch's `dispatch_assert_queue` asks,
   /// answered without trapping.
   public var isCurrent: Bool {
     if flags & Queue.mainFlag != 0 && Queue.isOnMainQueue { return true }
     var found = false
-    forEachFrame { frameQueue, _ in
+    forEachRunningFrame { frameQueue, _ in
       forEachInChain(frameQueue, exclusive: false) { held, _ in
         found = held == raw
         return !found

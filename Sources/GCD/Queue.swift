@@ -256,22 +256,28 @@ extension Queue {
 
   /// Submits a C function and its context to run on the queue.
   ///
+  /// The function runs inside the package's frame for the queue, as a
+  /// closure does (`isCurrent` sees it, and a `sync` onto the queue from it
+  /// stops with the deadlock message): one small record travels with it,
+  /// malloc'd here and freed before the function runs.
+  ///
   /// The corresponding C function is `dispatch_async_f`.
   @inlinable
   public func async(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    Libdispatch.async_f(raw, context, function)
+    Libdispatch.asyncInFrame(raw, flags, barrier: false, context, function)
   }
 
-  /// Submits a C function and its context as a barrier.
+  /// Submits a C function and its context as a barrier (inside a frame, as
+  /// `async(context:function:)`).
   ///
   /// The corresponding C function is `dispatch_barrier_async_f`.
   @inlinable
   public func asyncBarrier(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    Libdispatch.barrier_async_f(raw, context, function)
+    Libdispatch.asyncInFrame(raw, frameExclusive, barrier: true, context, function)
   }
 
   /// Runs a closure on the queue and waits for it; returns its result or
@@ -321,7 +327,8 @@ extension Queue {
     try runAndWait(barrier: true, work)
   }
 
-  /// Runs a C function with its context on the queue and waits for it.
+  /// Runs a C function with its context on the queue and waits for it,
+  /// inside the package's frame for the queue (as `sync { }`).
   ///
   /// The corresponding C function is `dispatch_sync_f`.
   @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
@@ -329,11 +336,11 @@ extension Queue {
   public func sync(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    checkReentrancy(barrier: false, operation: "sync")
-    Libdispatch.sync_f(raw, context, function)
+    runAndWait(barrier: false, operation: "sync", context: context, function: function)
   }
 
-  /// Runs a C function with its context as a barrier and waits for it.
+  /// Runs a C function with its context as a barrier and waits for it,
+  /// inside the package's frame for the queue.
   ///
   /// The corresponding C function is `dispatch_barrier_sync_f`.
   @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
@@ -341,8 +348,7 @@ extension Queue {
   public func syncBarrier(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    checkReentrancy(barrier: true, operation: "syncBarrier")
-    Libdispatch.barrier_sync_f(raw, context, function)
+    runAndWait(barrier: true, operation: "syncBarrier", context: context, function: function)
   }
 
   /// Submits a closure to the queue and waits for it: like `sync`, but the
@@ -414,6 +420,20 @@ extension Queue {
     }
   }
 
+  /// `runAndWait` of a C function and its context.
+  @inlinable
+  func runAndWait(
+    barrier: Bool, operation: StaticString, context: UnsafeMutableRawPointer?, function: Libdispatch.Function
+  ) {
+    let frameFlags = barrier ? frameExclusive : flags
+    if isOutsideEveryChain {
+      Libdispatch.syncInFrameHere(raw, frameFlags, barrier: barrier, context, function)
+    } else {
+      checkReentrancySlow(barrier: barrier, operation: operation)
+      Libdispatch.syncInFrame(raw, frameFlags, barrier: barrier, context, function)
+    }
+  }
+
   /// Submits a closure to run on the queue after a delay.
   ///
   /// - Parameters:
@@ -447,7 +467,8 @@ extension Queue {
     return item
   }
 
-  /// Submits a C function and its context to run on the queue at a deadline.
+  /// Submits a C function and its context to run on the queue at a
+  /// deadline, inside the package's frame for the queue.
   ///
   /// The corresponding C function is `dispatch_after_f`.
   @inlinable
@@ -455,7 +476,7 @@ extension Queue {
     deadline: Deadline, context: UnsafeMutableRawPointer?,
     function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
-    Libdispatch.after_f(deadline.rawValue, raw, context, function)
+    Libdispatch.afterInFrame(deadline.rawValue, raw, flags, context, function)
   }
 
   /// Runs `body` for every index in `0..<iterations`, concurrently on this
@@ -477,7 +498,8 @@ extension Queue {
     cgcdApply(iterations, UnsafeMutableRawPointer(raw), flags, body)
   }
 
-  /// Calls a C function `iterations` times with the context and the index.
+  /// Calls a C function `iterations` times with the context and the index,
+  /// each call inside the package's frame for the queue (as `apply { }`).
   ///
   /// The corresponding C function is `dispatch_apply_f`.
   @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
@@ -488,7 +510,7 @@ extension Queue {
   ) {
     Swift.precondition(iterations >= 0, "Queue.apply: negative iteration count \(iterations)")
     checkReentrancy(barrier: false, operation: "apply")
-    Libdispatch.apply_f(iterations, raw, context, function)
+    Libdispatch.applyInFrame(iterations, raw, flags, context, function)
   }
 }
 

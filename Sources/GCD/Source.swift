@@ -158,13 +158,20 @@ public class Source: DispatchObject, @unchecked Sendable {
   ///   - context: The pointer passed to `function`; stored as the source's context.
   ///   - function: The C function to call for each event.
   ///
+  /// The function runs inside the package's frame for the source's queue,
+  /// as a closure handler does.
+  ///
   /// The corresponding C functions are `dispatch_set_context` and
   /// `dispatch_source_set_event_handler_f`.
   public final func setEventHandler(
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
     Libdispatch.set_context(raw, context)
-    Libdispatch.source_set_event_handler_f(raw, function)
+    // A block that calls the function inside the target queue's frame (as
+    // every handler of the package runs), with the context read at each call
+    // as `dispatch_source_set_event_handler_f` does.
+    let handlers = handlers
+    Libdispatch.source_set_event_handler(raw, handlers.block { function(Libdispatch.get_context(handlers.raw)) })
   }
 
   /// Sets the closure run once after `cancel()` takes effect: the place to

@@ -163,14 +163,18 @@ final class EventsStorage<Element: Sendable>: Sendable {
     }
   }
 
-  /// Installs the handlers and starts the source, unless it was started.
+  /// Claims the start of the source, installs the handlers and starts it;
+  /// unless it was started (or suspended) already: then `EBUSY`, or the end
+  /// for a cancelled source. The claim and the check are one atomic step,
+  /// so of two sequences, or a sequence and a `resume()`, exactly one starts
+  /// the source, and the other never touches its handlers.
   func start() {
-    let life = source.lifecycle.load(ordering: .acquiring)
-    if life.isCancelled {
-      finish()
-      return
-    }
-    if life.isActive || life.suspensions > 0 {
+    let claim = source.lifecycle.update { $0.claimStart() }
+    if claim != .activate {
+      if source.lifecycle.load(ordering: .acquiring).isCancelled {
+        finish()
+        return
+      }
       let taken = state.withLock { state in
         state.phase = .finished
         defer { state.consumer = nil }
@@ -185,12 +189,15 @@ final class EventsStorage<Element: Sendable>: Sendable {
           )))
       return
     }
-    // Set before the first resume: libdispatch installs a handler set on an
-    // active source asynchronously.
+    // Set before the C source is activated: libdispatch installs a handler
+    // set on an active source asynchronously. Meanwhile the word says
+    // active, so a `resume()` stops as on any running source, and a
+    // `cancel()` leaves the start to this call.
     source.setEventHandler { [self] in received(source.data) }
     source.handlers.setCancelHook { [self] in finish() }
     source.handlers.setRegistration(hook: { [self] in registered() })
-    source.resume()
+    source.onActivate?()
+    claim.perform(on: source.raw)
   }
 
   /// The registration handler ran: events flow from now on.

@@ -306,15 +306,6 @@ struct ReentrancyTests {
     }
     #expect(standardError(of: result).contains("Queue 'com.apple.main-thread'.sync would deadlock"))
   }
-
-  // Work submitted with the `_f` forms runs outside any frame, so the check
-  // cannot see it; the process still dies, in libdispatch.
-  @Test("sync onto the current queue from a C function submitted with async(context:function:) kills the process")
-  func syncFromFunctionWork() async {
-    await #expect(processExitsWith: .failure) {
-      syncFromInsideFunctionWork()
-    }
-  }
 }
 
 // MARK: - Exit-test bodies that block (exit-test closures are async)
@@ -335,19 +326,5 @@ private func mainSyncFromInsideMainQueue() {
     Queue.main.sync {}
     survived.signal()
   }
-  exitIfSurvived(waitingFor: survived)
-}
-
-private let functionWorkQueue = Queue(label: "reentrant.f")
-
-private func syncOntoFunctionWorkQueue(_ context: UnsafeMutableRawPointer?) {
-  functionWorkQueue.sync {}
-  Unmanaged<Event>.fromOpaque(context!).takeUnretainedValue().signal()
-}
-
-private func syncFromInsideFunctionWork() {
-  let survived = Event()
-  functionWorkQueue.async(
-    context: Unmanaged.passUnretained(survived).toOpaque(), function: syncOntoFunctionWorkQueue)
   exitIfSurvived(waitingFor: survived)
 }

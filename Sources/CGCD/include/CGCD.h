@@ -63,7 +63,11 @@ static inline void *cgcd_queue_attr_concurrent(void) {
 /// One entry of the per-thread chain of queues the current thread is running
 /// on: pushed by the Swift trampolines around every closure they run, linked
 /// to the caller's chain for `sync` and `apply`. `flags` bit 0 marks a frame
-/// that holds its queue exclusively (a serial queue, or a barrier).
+/// that holds its queue exclusively (a serial queue, or a barrier); bit 1
+/// (`CGCD_FRAME_FORKED`) marks an iteration of `apply`, which runs beside the
+/// other iterations on other threads: the frames after it are held by the
+/// thread that called `apply` (the deadlock check sees them) but this thread
+/// does not run their work (`isCurrent` stops there).
 typedef struct cgcd_frame {
   void *_Nullable queue;
   uintptr_t flags;
@@ -73,6 +77,8 @@ typedef struct cgcd_frame {
 // initial-exec: a direct %fs-relative access instead of a __tls_get_addr call
 // on every sync (the package is linked into the program or loaded with it).
 extern _Thread_local cgcd_frame_t *_Nullable cgcd_current_frame __attribute__((tls_model("initial-exec")));
+
+#define CGCD_FRAME_FORKED ((uintptr_t)2)
 
 static inline cgcd_frame_t *_Nullable cgcd_frame_get(void) { return cgcd_current_frame; }
 static inline void cgcd_frame_set(cgcd_frame_t *_Nullable frame) { cgcd_current_frame = frame; }
@@ -114,6 +120,37 @@ __attribute__((swiftcall)) void cgcd_async_and_wait(void *queue, uintptr_t flags
 /// iteration inside a frame for `queue` linked to the caller's chain.
 __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
                                            cgcd_swift_index_fn function, void *_Nullable context);
+
+// MARK: - The function forms (`context:function:`) inside a frame
+
+/// `dispatch_sync_f` / `dispatch_barrier_sync_f` of a C function, inside a
+/// frame for `queue` linked to the caller's chain (as `cgcd_sync`).
+void cgcd_sync_function(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
+                        void (*function)(void *_Nullable));
+
+/// `cgcd_sync_function` for a thread with no frame (as `cgcd_sync_here`).
+void cgcd_sync_function_here(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
+                             void (*function)(void *_Nullable));
+
+/// `dispatch_async_f` / `dispatch_barrier_async_f` of a C function, run
+/// inside a frame for `queue`: the function, its context and the frame's
+/// queue travel in one malloc'd record (three words and the flags), freed
+/// before the function runs.
+void cgcd_async_function(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
+                         void (*function)(void *_Nullable));
+
+/// `dispatch_after_f` of a C function, run inside a frame for `queue`.
+void cgcd_after_function(uint64_t when, void *queue, uintptr_t flags, void *_Nullable context,
+                         void (*function)(void *_Nullable));
+
+/// `dispatch_group_notify_f` of a C function, run inside a frame for `queue`.
+void cgcd_group_notify_function(void *group, void *queue, uintptr_t flags, void *_Nullable context,
+                                void (*function)(void *_Nullable));
+
+/// `dispatch_apply_f` of a C function, each iteration inside a forked frame
+/// for `queue` linked to the caller's chain (as `cgcd_apply`).
+void cgcd_apply_function(size_t iterations, void *queue, uintptr_t flags, void *_Nullable context,
+                         void (*function)(void *_Nullable, size_t));
 
 /// The key under which the library records, on queues it re-targets, the
 /// target queue (its address, with bit 0 set when the target is serial).

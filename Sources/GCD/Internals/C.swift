@@ -373,4 +373,47 @@ extension Libdispatch {
   static func io_set_interval(_ channel: OpaquePointer, _ interval: UInt64, _ flags: UInt) {
     dispatch_io_set_interval(channel, interval, flags)
   }
+
+  // MARK: The function forms inside a frame (CGCD.c)
+
+  /// `dispatch_sync_f` / `dispatch_barrier_sync_f` of `work` inside a frame
+  /// for `queue` linked to the caller's chain.
+  @inlinable static func syncInFrame(
+    _ queue: OpaquePointer, _ flags: UInt, barrier: Bool, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    cgcd_sync_function(UnsafeMutableRawPointer(queue), flags, barrier ? 1 : 0, context, work)
+  }
+  /// `syncInFrame` for a thread with no frame, onto a queue whose work runs on the calling thread.
+  @inlinable static func syncInFrameHere(
+    _ queue: OpaquePointer, _ flags: UInt, barrier: Bool, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    cgcd_sync_function_here(UnsafeMutableRawPointer(queue), flags, barrier ? 1 : 0, context, work)
+  }
+  /// `dispatch_async_f` / `dispatch_barrier_async_f` of `work`, run inside a frame for `queue`.
+  @inlinable static func asyncInFrame(
+    _ queue: OpaquePointer, _ flags: UInt, barrier: Bool, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    cgcd_async_function(UnsafeMutableRawPointer(queue), flags, barrier ? 1 : 0, context, work)
+  }
+  /// `dispatch_after_f` of `work`, run inside a frame for `queue`.
+  @inlinable static func afterInFrame(
+    _ when: UInt64, _ queue: OpaquePointer, _ flags: UInt, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    cgcd_after_function(when, UnsafeMutableRawPointer(queue), flags, context, work)
+  }
+  /// `dispatch_group_notify_f` of `work`, run inside a frame for `queue`.
+  @inlinable static func groupNotifyInFrame(
+    _ group: OpaquePointer, _ queue: OpaquePointer, _ flags: UInt, _ context: UnsafeMutableRawPointer?,
+    _ work: Function
+  ) {
+    cgcd_group_notify_function(
+      UnsafeMutableRawPointer(group), UnsafeMutableRawPointer(queue), flags, context, work)
+  }
+  /// `dispatch_apply_f` of `work`, each iteration inside a forked frame for `queue`.
+  @inlinable static func applyInFrame(
+    _ iterations: Int, _ queue: OpaquePointer, _ flags: UInt, _ context: UnsafeMutableRawPointer?,
+    _ work: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
+  ) {
+    cgcd_apply_function(iterations, UnsafeMutableRawPointer(queue), flags, context, work)
+  }
 }

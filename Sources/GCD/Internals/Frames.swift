@@ -11,6 +11,11 @@ import CGCD
 /// Frame flag: the frame holds its queue exclusively (a serial queue, or a barrier).
 @usableFromInline let frameExclusive: UInt = 1
 
+/// Frame flag: an iteration of `apply`, run beside the others on other
+/// threads (`CGCD_FRAME_FORKED`). The frames after it are held by the thread
+/// that called `apply`, not run by this one.
+@usableFromInline let frameForked: UInt = 2
+
 /// Whether the current thread runs no work of this package (no frame).
 @inlinable
 var hasNoFrame: Bool { cgcd_frame_get() == nil }
@@ -34,13 +39,28 @@ func withFrame(queue: OpaquePointer, flags: UInt, _ body: () -> Void) {
 
 /// Calls `body` with the queue of each frame of the current thread's chain,
 /// innermost first, and whether the frame holds it exclusively, until
-/// `body` returns false.
+/// `body` returns false: every queue the thread holds, the ones an `apply`
+/// caller holds while its iterations run included (what the deadlock check
+/// needs).
 func forEachFrame(_ body: (OpaquePointer, Bool) -> Bool) {
+  forEachFrame(throughForks: true, body)
+}
+
+/// `forEachFrame` that stops after the first `apply` iteration's frame: the
+/// queues whose work this thread runs, and no other thread of the same chain
+/// does at the same time (what `isCurrent` and the isolation checks need).
+func forEachRunningFrame(_ body: (OpaquePointer, Bool) -> Bool) {
+  forEachFrame(throughForks: false, body)
+}
+
+private func forEachFrame(throughForks: Bool, _ body: (OpaquePointer, Bool) -> Bool) {
   var frame = cgcd_frame_get()
   while let current = frame {
-    if !body(OpaquePointer(current.pointee.queue.unsafelyUnwrapped), current.pointee.flags & frameExclusive != 0) {
+    let flags = current.pointee.flags
+    if !body(OpaquePointer(current.pointee.queue.unsafelyUnwrapped), flags & frameExclusive != 0) {
       return
     }
+    if !throughForks && flags & frameForked != 0 { return }
     frame = current.pointee.prev
   }
 }

@@ -92,6 +92,18 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
     return .activate
   }
 
+  /// The start an event sequence claims (`SourceEvents`): a source that was
+  /// never started, suspended or cancelled becomes active in the word at
+  /// once, and the caller activates the C object after installing its
+  /// handlers; anything else is not started here (`.none`). One
+  /// compare-and-swap decides between two sequences, or a sequence and a
+  /// `resume()`: the loser sees an active source.
+  @inlinable mutating func claimStart() -> Action {
+    if isActive || isCancelled || suspensions > 0 { return .none }
+    rawValue |= Lifecycle.activeBit
+    return .activate
+  }
+
   /// `suspend()`, after the caller has already called `dispatch_suspend`
   /// (so a concurrent cancel never resumes a suspension that C has not
   /// seen yet). On a cancelled source the suspension is only counted, and

@@ -8,9 +8,11 @@ final class SourceHandlers: Sendable {
   /// The C source, not retained: the blocks that use it run while
   /// libdispatch holds the source.
   nonisolated(unsafe) let raw: OpaquePointer
-  /// The target queue and its frame flags.
-  let targetRaw: Atomic<UInt>
-  let targetFlags: Atomic<UInt>
+  /// The target queue and its frame flags in one word (the queue's address
+  /// with `frameExclusive` in bit 0, free in an object's address), so a
+  /// handler starting during `setTarget` reads the old pair or the new pair,
+  /// never the new queue with the old flag.
+  let target: Atomic<UInt>
   let cancel: Mutex<(handler: Source.CancelHandler, installed: Bool)>
   /// The user's registration handler and the package's own hook (an event
   /// sequence waiting for registration), run by the registration block.
@@ -23,22 +25,29 @@ final class SourceHandlers: Sendable {
 
   init(raw: OpaquePointer, target: Queue, ownedCleanup: (@Sendable () -> Void)?) {
     self.raw = raw
-    targetRaw = Atomic(UInt(bitPattern: UnsafeMutableRawPointer(target.raw)))
-    targetFlags = Atomic(target.flags & frameExclusive)
+    self.target = Atomic(SourceHandlers.targetWord(target))
     cancel = Mutex((handler: .none, installed: ownedCleanup != nil))
     self.ownedCleanup = ownedCleanup
   }
 
+  /// The queue's address and its exclusive bit as one word.
+  static func targetWord(_ queue: Queue) -> UInt {
+    UInt(bitPattern: UnsafeMutableRawPointer(queue.raw)) | (queue.flags & frameExclusive)
+  }
+
+  /// Records the new target queue (relaxed: the word is the only datum, and
+  /// the queue it names is kept alive by the source's `Shared.target` and by
+  /// libdispatch's target reference).
   func target(_ queue: Queue) {
-    targetRaw.store(UInt(bitPattern: UnsafeMutableRawPointer(queue.raw)), ordering: .relaxed)
-    targetFlags.store(queue.flags & frameExclusive, ordering: .relaxed)
+    target.store(SourceHandlers.targetWord(queue), ordering: .relaxed)
   }
 
   /// A closure as a handler block that runs inside a frame of the target queue.
   func block(_ handler: @escaping @Sendable () -> Void) -> @convention(block) () -> Void {
     return { [self] in
-      let queue = OpaquePointer(bitPattern: targetRaw.load(ordering: .relaxed)).unsafelyUnwrapped
-      withFrame(queue: queue, flags: targetFlags.load(ordering: .relaxed), handler)
+      let word = target.load(ordering: .relaxed)
+      let queue = OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped
+      withFrame(queue: queue, flags: word & frameExclusive, handler)
     }
   }
 

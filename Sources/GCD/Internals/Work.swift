@@ -49,24 +49,29 @@ struct Work {
 }
 
 /// A C function and its context submitted as group work: holds the group,
-/// like `Work`, so that a group is never dropped while its work is pending.
+/// like `Work`, so that a group is never dropped while its work is pending,
+/// and runs the function inside a frame for its queue.
 @usableFromInline
 final class GroupFunctionWork: @unchecked Sendable {  // immutable; the context is the caller's to make safe, as in C
   @usableFromInline let group: Group
   @usableFromInline let context: UnsafeMutableRawPointer?
   @usableFromInline let function: Libdispatch.Function
+  @usableFromInline let queue: OpaquePointer
+  @usableFromInline let flags: UInt
 
   @inlinable
-  init(group: Group, context: UnsafeMutableRawPointer?, function: Libdispatch.Function) {
+  init(group: Group, context: UnsafeMutableRawPointer?, function: Libdispatch.Function, queue: Queue) {
     self.group = group
     self.context = context
     self.function = function
+    self.queue = queue.raw
+    self.flags = queue.flags
   }
 
   @inlinable
   static func run(_ context: UnsafeMutableRawPointer?) {
     let work = Unmanaged<GroupFunctionWork>.fromOpaque(context.unsafelyUnwrapped).takeRetainedValue()
-    work.function(work.context)
+    withFrame(queue: work.queue, flags: work.flags) { work.function(work.context) }
     work.group.leave()
   }
 }

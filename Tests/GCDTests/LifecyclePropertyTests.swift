@@ -1,0 +1,129 @@
+import Synchronization
+import Testing
+
+@testable import GCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// The life cycle under concurrency: random interleavings of `suspend`,
+/// `resume`, `cancel`, merges and the final drop, from several threads at
+/// once, on real sources, checked against the model of `LifecycleTests`
+/// (each thread balances only its own suspensions, as a correct program
+/// does). Failures print the seed; `GCD_PROPERTY_SEED` replays one.
+extension LifecycleTests {
+  @Test("claimStart starts only a never-started, never-suspended, live source", arguments: 0..<10)
+  func claimStartEveryState(row: Int) {
+    let (name, start) = LifecycleTests.states[row]
+    var state = start
+    let action = state.claimStart()
+    if name == "inactive" {
+      #expect(action == .activate && state == .active)
+    } else {
+      #expect(action == .none && state == start, "\(name)")
+    }
+  }
+
+  @Test("random concurrent suspend / resume / cancel / merge / drop on sources keep the model's invariants")
+  func concurrentInterleavings() async {
+    // The child draws the seed (or takes GCD_PROPERTY_SEED) and names it in any failure.
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      blocking { runInterleavings(seed: SeededRandom.runSeed, rounds: runningUnderSanitizer ? 60 : 300) }
+    }
+    #expect(result?.exitStatus == .exitCode(0), "\(standardError(of: result))")
+  }
+}
+
+/// One source's run: what its handlers saw.
+private final class Observed: Sendable {
+  let cancels = Counter()
+  let eventsAfterCancel = Counter()
+  let events = Counter()
+  let released = Event()
+}
+
+private func recordRelease(_ context: UnsafeMutableRawPointer?) {
+  Unmanaged<Observed>.fromOpaque(context!).takeRetainedValue().released.signal()
+}
+
+private func runInterleavings(seed: UInt64, rounds: Int) {
+  var random = SeededRandom(seed: seed)
+  for round in 0..<rounds {
+    let observed = Observed()
+    let startFirst = Bool.random(using: &random)
+    let threadSeeds = (0..<3).map { _ in random.next() }
+    let outstanding = Atomic(0)
+    let cancelled = Atomic(false)
+    do {
+      let source = DataAddSource(queue: Queue(label: "interleave.\(round)"))
+      source.context = Unmanaged.passRetained(observed).toOpaque()
+      source.setFinalizer(recordRelease)
+      source.setEventHandler { [observed] in
+        observed.events.increment()
+        if observed.cancels.current > 0 { observed.eventsAfterCancel.increment() }
+      }
+      source.setCancelHandler { [observed] in observed.cancels.increment() }
+      if startFirst { source.resume() }
+      let threads = Group()
+      for threadSeed in threadSeeds {
+        threads.async(on: .global()) {
+          var random = SeededRandom(seed: threadSeed)
+          var mine = 0
+          for _ in 0..<40 {
+            switch random.next() % 10 {
+            case 0...2:
+              source.suspend()
+              mine += 1
+            case 3...5 where mine > 0:
+              source.resume()
+              mine -= 1
+            case 6:
+              if random.next() % 4 == 0 {
+                cancelled.store(true, ordering: .relaxed)
+                source.cancel()
+              }
+            default:
+              source.merge(1)
+            }
+          }
+          // Leave some suspensions for the drop to balance.
+          if random.next() % 2 == 0 {
+            while mine > 0 {
+              source.resume()
+              mine -= 1
+            }
+          }
+          outstanding.add(mine, ordering: .relaxed)
+        }
+      }
+      childCheck(threads.wait(timeout: .seconds(60)), "seed \(seed) round \(round): the threads did not finish")
+      let isCancelled = cancelled.load(ordering: .relaxed)
+      let suspensions = outstanding.load(ordering: .relaxed)
+      childCheck(source.isCancelled == isCancelled, "seed \(seed) round \(round): isCancelled disagrees with the model")
+      childCheck(
+        source.isSuspended == (!isCancelled && suspensions > 0),
+        "seed \(seed) round \(round): isSuspended \(source.isSuspended), model: cancelled \(isCancelled), \(suspensions) suspensions"
+      )
+      if !isCancelled && suspensions == 0 && startFirst {
+        // Balanced and started: it must deliver.
+        let before = observed.events.current
+        source.merge(1)
+        childCheck(
+          pollUntil { observed.events.current > before },
+          "seed \(seed) round \(round): a balanced source delivers nothing")
+      }
+    }
+    // The drop: the cancel handler runs once, no event after it, the C object is freed.
+    childCheck(
+      observed.released.wait(timeout: .seconds(30)), "seed \(seed) round \(round): the C source was never freed")
+    childCheck(
+      observed.cancels.current == 1, "seed \(seed) round \(round): \(observed.cancels.current) cancel handler runs")
+    childCheck(
+      observed.eventsAfterCancel.current == 0,
+      "seed \(seed) round \(round): an event handler ran after the cancel handler")
+  }
+  exit(0)
+}
