@@ -1,6 +1,7 @@
-import GCD
 import Synchronization
 import Testing
+
+@testable import GCD
 
 #if canImport(Glibc)
   import Glibc
@@ -10,67 +11,78 @@ import Testing
 
 extension SourceLifecycleTests {
   @Test("a handler starting during setTarget never pairs one queue with the other's exclusive bit")
-  func setTargetNeverTears() async {
-    await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      blocking { flipTargetsWhileHandling() }
+  func setTargetNeverTears() {
+    let serial = Queue(label: "torn.serial")
+    let concurrent = Queue(label: "torn.concurrent", kind: .concurrent)
+    let source = DataAddSource(queue: concurrent)
+    let handlers = source.handlers
+    let torn = Counter()
+    let checked = Counter()
+    // The handler block as libdispatch calls it, run in a loop on one thread
+    // while another flips the target: each call reads the target and opens
+    // its frame; the frame must name the queue with that queue's own bit.
+    nonisolated(unsafe) let block = handlers.block {
+      forEachFrame { queue, exclusive in
+        if (queue == serial.raw) != exclusive { torn.increment() }
+        return false
+      }
+      checked.increment()
     }
+    let rounds = runningUnderSanitizer ? 200_000 : 2_000_000
+    let started = Atomic(0)
+    let done = Group()
+    done.async(on: .global()) {
+      started.add(1, ordering: .relaxed)
+      while started.load(ordering: .relaxed) < 2 {}
+      for round in 0..<rounds { handlers.target(round.isMultiple(of: 2) ? serial : concurrent) }
+    }
+    done.async(on: .global()) {
+      started.add(1, ordering: .relaxed)
+      while started.load(ordering: .relaxed) < 2 {}
+      for _ in 0..<rounds { block() }
+    }
+    #expect(blocking { done.wait(timeout: .seconds(120)) })
+    #expect(checked.current == rounds)
+    #expect(torn.current == 0, "\(torn.current) of \(rounds) handler calls saw a torn target")
+    source.cancel()
   }
 }
 
 extension SourceEventsTests {
-  @Test("two iterations racing to start one source: exactly one gets the events, the other throws EBUSY")
-  func racingIterations() async {
+  @Test("two sequences starting one source at the same moment: exactly one starts it, the other fails with EBUSY")
+  func racingStarts() async {
     await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      for round in 0..<(runningUnderSanitizer ? 100 : 400) {
-        let source = DataAddSource(queue: .global())
-        source.setRegistrationHandler { [weak source] in source?.merge(1) }
-        let outcomes = await withTaskGroup(of: String.self) { group in
-          for _ in 0..<2 {
-            group.addTask {
-              do throws(GCDError) {
-                var iterator = source.events.makeAsyncIterator()
-                return try await iterator.next() == nil ? "ended" : "element"
-              } catch {
-                return error.errno == EBUSY ? "busy" : "error \(error)"
-              }
-            }
-          }
-          var outcomes: [String] = []
-          for await outcome in group { outcomes.append(outcome) }
-          return outcomes.sorted()
-        }
-        childCheck(outcomes == ["busy", "element"], "round \(round): \(outcomes)")
-      }
+      blocking { raceSequenceStarts(rounds: runningUnderSanitizer ? 200 : 2_000) }
     }
   }
 }
 
-/// Flips a source's target between a serial and a concurrent queue while
-/// its handler runs: a frame that paired the concurrent queue with the
-/// serial queue's exclusive bit would stop the handler's legal
-/// `concurrent.sync {}` as a deadlock.
-private func flipTargetsWhileHandling() {
-  let serial = Queue(label: "torn.serial")
-  let concurrent = Queue(label: "torn.concurrent", kind: .concurrent)
-  let source = DataAddSource(queue: concurrent)
-  let handled = Counter()
-  source.setEventHandler {
-    if concurrent.isCurrent { concurrent.sync {} }
-    handled.increment()
+/// Two sequences of one source call `start()` (what their first `next()`
+/// does) on two threads released together, round after round; before the
+/// fix the loser's `resume()` stopped the process as an unbalanced resume.
+private func raceSequenceStarts(rounds: Int) {
+  for round in 0..<rounds {
+    let source = DataAddSource(queue: .global())
+    // The iterators stay alive for the round: dropping one ends its sequence.
+    let iterators = [source.events.makeAsyncIterator(), source.events.makeAsyncIterator()]
+    let (first, second) = (iterators[0].token.storage, iterators[1].token.storage)
+    let ready = Atomic(0)
+    let done = Group()
+    for storage in [first, second] {
+      done.async(on: .global()) {
+        ready.add(1, ordering: .relaxed)
+        while ready.load(ordering: .relaxed) < 2 {}
+        storage.start()
+      }
+    }
+    childCheck(done.wait(timeout: .seconds(30)), "round \(round): the starts did not return")
+    let finished = [first, second].filter { storage in
+      storage.state.withLock { if case .finished = $0.phase { true } else { false } }
+    }
+    childCheck(finished.count == 1, "round \(round): \(finished.count) of 2 sequences failed to start")
+    childCheck(!source.isSuspended && !source.isCancelled, "round \(round): the source is not running")
+    source.cancel()
+    withExtendedLifetime(iterators) {}
   }
-  source.resume()
-  let deadline = ContinuousClock.now + .seconds(runningUnderSanitizer ? 4 : 2)
-  let merger = Group()
-  merger.async(on: .global()) {
-    while ContinuousClock.now < deadline { source.merge(1) }
-  }
-  var flips = 0
-  while ContinuousClock.now < deadline {
-    source.setTarget(flips.isMultiple(of: 2) ? serial : concurrent)
-    flips += 1
-  }
-  childCheck(merger.wait(timeout: .seconds(30)), "the merger did not finish")
-  source.cancel()
-  childCheck(handled.current > 0, "no event was handled")
   exit(0)
 }
