@@ -30,9 +30,6 @@ int cgcd_o_path(void) { return O_PATH; }
 
 // MARK: - sync and apply of Swift closures
 
-extern void cgcd_dispatch_sync_f(void *queue, void *context, void (*work)(void *)) __asm__("dispatch_sync_f");
-extern void cgcd_dispatch_barrier_sync_f(void *queue, void *context, void (*work)(void *))
-    __asm__("dispatch_barrier_sync_f");
 extern void cgcd_dispatch_apply_f(size_t iterations, void *queue, void *context, void (*work)(void *, size_t))
     __asm__("dispatch_apply_f");
 extern void cgcd_dispatch_async_f(void *queue, void *context, void (*work)(void *)) __asm__("dispatch_async_f");
@@ -149,14 +146,6 @@ void cgcd_sync_function(void *queue, uintptr_t flags, uintptr_t barrier, void *c
   struct cgcd_call call = cgcd_call_make(queue, flags, context);
   call.function.plain = function;
   cgcd_dispatch_sync_either(barrier, queue, &call, cgcd_sync_function_trampoline);
-}
-
-void cgcd_sync_function_here(void *queue, uintptr_t flags, uintptr_t barrier, void *context,
-                             void (*function)(void *)) {
-  cgcd_frame_t frame = {.queue = queue, .flags = flags, .prev = NULL};
-  cgcd_current_frame = &frame;
-  cgcd_dispatch_sync_either(barrier, queue, context, function);
-  cgcd_current_frame = NULL;
 }
 
 // An asynchronous function call on its way to its queue: what its frame needs

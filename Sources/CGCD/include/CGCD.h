@@ -128,9 +128,25 @@ __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintp
 void cgcd_sync_function(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
                         void (*function)(void *_Nullable));
 
-/// `cgcd_sync_function` for a thread with no frame (as `cgcd_sync_here`).
-void cgcd_sync_function_here(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
-                             void (*function)(void *_Nullable));
+extern void cgcd_dispatch_sync_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))
+    __asm__("dispatch_sync_f");
+extern void cgcd_dispatch_barrier_sync_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))
+    __asm__("dispatch_barrier_sync_f");
+
+/// `cgcd_sync_function` for a thread with no frame (as `cgcd_sync_here`):
+/// the frame is set around the wait and the function goes to libdispatch
+/// as it is. Inline, so the Swift caller makes the C call itself.
+static inline void cgcd_sync_function_here(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
+                                           void (*function)(void *_Nullable)) {
+  cgcd_frame_t frame = {.queue = queue, .flags = flags, .prev = NULL};
+  cgcd_current_frame = &frame;
+  if (barrier) {
+    cgcd_dispatch_barrier_sync_f(queue, context, function);
+  } else {
+    cgcd_dispatch_sync_f(queue, context, function);
+  }
+  cgcd_current_frame = NULL;
+}
 
 /// `dispatch_async_f` / `dispatch_barrier_async_f` of a C function, run
 /// inside a frame for `queue`: the function, its context and the frame's

@@ -69,12 +69,6 @@ enum Libdispatch {
   {
     dispatch_barrier_async_f(queue, context, work)
   }
-  @inlinable static func sync_f(_ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function) {
-    dispatch_sync_f(queue, context, work)
-  }
-  @inlinable static func barrier_sync_f(_ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function) {
-    dispatch_barrier_sync_f(queue, context, work)
-  }
   @inlinable static func after_f(
     _ when: UInt64, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
   ) {
@@ -91,12 +85,6 @@ enum Libdispatch {
     _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
   ) {
     cgcd_barrier_async_and_wait_f(UnsafeMutableRawPointer(queue), context, work)
-  }
-  @inlinable static func apply_f(
-    _ iterations: Int, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,
-    _ work: @convention(c) (UnsafeMutableRawPointer?, Int) -> Void
-  ) {
-    dispatch_apply_f(iterations, queue, context, work)
   }
   @inlinable static func queue_get_specific(_ queue: OpaquePointer, _ key: UnsafeRawPointer) -> UnsafeMutableRawPointer?
   {
@@ -258,9 +246,6 @@ enum Libdispatch {
     dispatch_source_set_event_handler(source, handler)
   }
 
-  static func source_set_event_handler_f(_ source: OpaquePointer, _ handler: Function) {
-    dispatch_source_set_event_handler_f(source, handler)
-  }
   static func source_set_registration_handler(
     _ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void
   ) {
