@@ -24,9 +24,13 @@ public final class SignalSource: Source, @unchecked Sendable {
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
-  /// Whether a source can observe `signal`: a signal number (1...64) other
-  /// than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and SIGFPE. Two tests.
-  static func isObservable(_ signal: Int32) -> Bool {
+  /// Whether a `SignalSource` can observe `signal`: a signal number
+  /// (1...64) other than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and
+  /// SIGFPE. `SignalSource(signal:queue:)` throws `EINVAL` exactly when this
+  /// is false. Two tests, no system call.
+  ///
+  /// - Parameter signal: The signal number.
+  public static func canObserve(_ signal: Int32) -> Bool {
     signal >= 1 && signal <= 64 && unobservableMask & (1 << UInt64(signal - 1)) == 0
   }
 
@@ -49,7 +53,7 @@ public final class SignalSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(signal: Int32, queue: Queue) throws(GCDError) {
-    if !SignalSource.isObservable(signal), let reason = SignalSource.rejection(of: signal) {
+    if !SignalSource.canObserve(signal), let reason = SignalSource.rejection(of: signal) {
       throw GCDError(operation: "SignalSource(signal: \(signal))", errno: Errno.invalidArgument, detail: reason)
     }
     super.init(created: try Source.create(.signal, handle: UInt(signal), queue: queue), queue: queue)

@@ -106,9 +106,9 @@ struct ConstantsTests {
     #expect(unobservableSignals.map(\.number) == expected.map(\.0))
     #expect(unobservableSignals.map(\.name) == expected.map(\.1))
     for (number, name) in expected {
-      #expect(!SignalSource.isObservable(number), "\(name)")
+      #expect(!SignalSource.canObserve(number), "\(name)")
       #expect(SignalSource.rejection(of: number)?.hasPrefix(name) == true, "\(name)")
     }
-    #expect(SignalSource.isObservable(SIGHUP) && SignalSource.rejection(of: SIGHUP) == nil)
+    #expect(SignalSource.canObserve(SIGHUP) && SignalSource.rejection(of: SIGHUP) == nil)
   }
 }

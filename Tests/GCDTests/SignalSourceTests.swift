@@ -21,6 +21,16 @@ struct SignalSourceTests {
     #expect(error?.description.contains("SignalSource(signal: \(signal))") == true)
   }
 
+  // (No source is made for the observable ones here: registering one replaces the signal's
+  // disposition in the whole test process.)
+  @Test("canObserve(_:) is false exactly for the signals the initializer rejects")
+  func canObserveMatchesTheInitializer() {
+    for signal in SignalSourceTests.rejected { #expect(!SignalSource.canObserve(signal), "\(signal)") }
+    for signal in Int32(1)...64 where !SignalSourceTests.rejected.contains(signal) {
+      #expect(SignalSource.canObserve(signal), "\(signal)")
+    }
+  }
+
   /// Ignores SIGUSR1, once per process. Setting a disposition again after libdispatch has registered
   /// a source for the signal replaces the handler libdispatch installed at registration: every source
   /// of that signal would stop receiving it (libdispatch installs its handler only once).
