@@ -336,3 +336,158 @@ private func churnProcesses() -> Never {
   }
   tally.end("process sources")
 }
+
+// MARK: - What the nested epoll changes, and what it must not
+
+/// What the epoll instance between libdispatch and a descriptor source's descriptor
+/// (docs/sources-linux.md) adds, and costs: one descriptor per source, closed once after the cancel
+/// handler; an error alone (a full pipe whose reader died) now reaches the handler.
+@Suite("Descriptor sources: the nested epoll")
+struct NestedEpollTests {
+  // On main this timed out: libdispatch ignores an EPOLLERR that comes alone (no EPOLLOUT), so the
+  // source never fired while its manager thread spun (docs/reliability.md, "a full pipe whose reader dies").
+  @Test("a write source on a full pipe whose reader goes away gets an event at once, and the write fails with EPIPE")
+  func fullPipeReaderGone() {
+    signal(SIGPIPE, SIG_IGN)
+    let (readEnd, writeEnd) = makePipe()
+    _ = fcntl(writeEnd, F_SETFL, O_NONBLOCK)
+    let full = Event()
+    let broken = Event()
+    let closed = Event()
+    let outcomes = Recorder<Int32>()
+    let source: WriteSource
+    do {
+      source = try WriteSource(fileDescriptor: writeEnd, queue: Queue(label: "nest.full.pipe"))
+    } catch {
+      Issue.record("WriteSource: \(error)")
+      return
+    }
+    source.setEventHandler { [unowned source] in
+      let chunk = [UInt8](repeating: 7, count: 4096)
+      while true {
+        let written = chunk.withUnsafeBytes { write(writeEnd, $0.baseAddress, $0.count) }
+        if written > 0 { continue }
+        let error = errno
+        outcomes.append(error)
+        if error == EAGAIN {
+          full.signal()
+        } else {
+          broken.signal()
+          source.cancel()
+        }
+        return
+      }
+    }
+    source.setCancelHandler {
+      if close(writeEnd) == 0 { closed.signal() }
+    }
+    source.resume()
+    #expect(full.wait(), "the pipe never filled")
+    close(readEnd)
+    #expect(broken.wait(), "no event after the reader went away from a full pipe")
+    #expect(closed.wait())
+    #expect(outcomes.values.last == EPIPE, "\(outcomes.values)")
+  }
+
+  @Test(
+    "one epoll descriptor per pipe or socket source, close-on-exec, closed once after the cancel handler; none for a regular file"
+  )
+  func oneDescriptorPerSource() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      countNestDescriptors()
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+
+  @Test("data and handle come from the user's descriptor: the bytes a socket holds, the descriptor")
+  func dataFromTheDescriptor() throws {
+    let (mine, peer) = makeSocketPair()
+    defer {
+      close(mine)
+      close(peer)
+    }
+    let sizes = Recorder<Int>()
+    let got = Event()
+    let source = try ReadSource(fileDescriptor: mine, queue: Queue(label: "nest.data"))
+    source.setEventHandler { [unowned source] in
+      sizes.append(source.bytesAvailable)
+      got.signal()
+      source.suspend()
+    }
+    let cancelled = Event()
+    source.setCancelHandler { cancelled.signal() }
+    let bytes = [UInt8](repeating: 3, count: 777)
+    _ = bytes.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, 0) }
+    source.resume()
+    #expect(got.wait())
+    #expect(sizes.values == [777])
+    #expect(source.handle == UInt(mine))
+    #expect(source.fileDescriptor == mine)
+    let writer = try WriteSource(fileDescriptor: mine, queue: Queue(label: "nest.data.write"))
+    #expect(writer.handle == UInt(mine))
+    // Nothing unsent on an idle socket: libdispatch's SIOCOUTQ figure.
+    #expect(writer.data == 0)
+    writer.cancel()
+    source.cancel()
+    source.resume()
+    #expect(cancelled.wait())
+  }
+}
+
+/// In an exit test's child: the epoll descriptors of the process before, while and after a read and
+/// a write source on a pipe, a read source on a socket and one on a regular file exist.
+private func countNestDescriptors() -> Never {
+  warmUpDispatch()
+  @Sendable func epollDescriptors() -> Set<Int32> {
+    Set(openDescriptorTargets().filter { $0.value.contains("eventpoll") }.keys)
+  }
+  let before = epollDescriptors()
+  let (readEnd, writeEnd) = makePipe()
+  let (mine, peer) = makeSocketPair()
+  let path = temporaryFile(containing: patternBytes(8))
+  let file = open(path, O_RDONLY | O_CLOEXEC)
+  unlink(path)
+  let queue = Queue(label: "nest.count")
+  let sources: [Source]
+  do {
+    sources = [
+      try ReadSource(fileDescriptor: readEnd, queue: queue),
+      try WriteSource(fileDescriptor: writeEnd, queue: queue),
+      try ReadSource(fileDescriptor: mine, queue: queue),
+    ]
+  } catch {
+    endChild("failed: \(error)")
+  }
+  let onFile: ReadSource
+  do {
+    onFile = try ReadSource(fileDescriptor: file, queue: queue)
+  } catch {
+    endChild("failed: on a regular file: \(error)")
+  }
+  let nests = epollDescriptors().subtracting(before)
+  childCheck(nests.count == 3, "\(nests.count) new epoll descriptors for three pipe and socket sources, not 3")
+  for descriptor in nests {
+    childCheck(fcntl(descriptor, F_GETFD) & FD_CLOEXEC != 0, "epoll descriptor \(descriptor) is not close-on-exec")
+  }
+  // Each cancel handler sees its nest still open (it is closed after the handler), and closes the user's descriptor.
+  let cancelled = Latch(count: sources.count + 1)
+  let openInHandler = Atomic<Int>(0)
+  for (source, descriptor) in zip(sources, [readEnd, writeEnd, mine]) {
+    source.setCancelHandler {
+      openInHandler.add(epollDescriptors().intersection(nests).count, ordering: .relaxed)
+      close(descriptor)
+      cancelled.signal()
+    }
+  }
+  onFile.setCancelHandler { cancelled.signal() }
+  for source in sources + [onFile] { source.resume() }
+  for source in sources + [onFile] { source.cancel() }
+  childCheck(cancelled.wait(), "a cancel handler did not run")
+  childCheck(
+    openInHandler.load(ordering: .relaxed) >= sources.count, "a nest was closed before its cancel handler ran")
+  childCheck(pollUntil { epollDescriptors().intersection(nests).isEmpty }, "an epoll descriptor stayed open")
+  close(peer)
+  close(file)
+  endChild("ok: 3 nests for 3 sources, none for a regular file")
+}
