@@ -52,6 +52,26 @@ struct ChurnTests {
   }
 }
 
+/// The same churn through `IOChannel` stream channels, which run dispatch_io's own read sources on
+/// the descriptor: the package's nest cannot reach them, so this still meets libdispatch #949.
+/// A measurement, not part of the suite: it runs only with `GCD_CHURN_IOCHANNEL=1` (it crashes on
+/// main and after the nest alike; docs/reliability.md gives the rates). `GCD_CHURN_PLAIN=1` runs it
+/// with the normal allocator.
+@Suite("IOChannel under connection churn (GCD_CHURN_IOCHANNEL=1: measures libdispatch #949)")
+struct IOChannelChurnTests {
+  @Test(
+    "pipes through stream channels: the peer writes and closes, the read ends at end of file, the channel closes",
+    .enabled(if: getenv("GCD_CHURN_IOCHANNEL") != nil), .timeLimit(.minutes(2)))
+  func pipes() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      if getenv("GCD_CHURN_PLAIN") != nil { churnChannels() }
+      underScribblingAllocator { churnChannels() }
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+}
+
 // MARK: - The child's side
 
 /// How long each pattern churns (`GCD_CHURN_SECONDS`, default 3).
@@ -490,4 +510,44 @@ private func countNestDescriptors() -> Never {
   close(peer)
   close(file)
   endChild("ok: 3 nests for 3 sources, none for a regular file")
+}
+
+/// 4 threads, each round: a pipe, a stream channel on its read end; the thread writes 64 bytes and
+/// closes the write end; the channel's read (to end of file) ends, the channel is closed, its cleanup
+/// closes the read end.
+private func churnChannels() -> Never {
+  let tally = ChurnTally(churnDuration)
+  onThreads(4) { thread in
+    let queue = Queue(label: "churn.channels.\(thread)")
+    let message = [UInt8](repeating: UInt8(thread), count: 64)
+    while tally.running {
+      let (readEnd, writeEnd) = makePipe()
+      let cleaned = Event()
+      let received = Atomic<Int>(0)
+      let ended = Event()
+      let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue) { descriptor in
+        close(descriptor)
+        cleaned.signal()
+      }
+      channel.read(length: Int.max, queue: queue) { done, data, _ in
+        if let data { received.add(data.count, ordering: .relaxed) }
+        if done { ended.signal() }
+      }
+      _ = message.withUnsafeBytes { write(writeEnd, $0.baseAddress, $0.count) }
+      close(writeEnd)
+      guard ended.wait() else {
+        tally.fail("round \(tally.rounds.load(ordering: .relaxed)): the read never ended")
+        return
+      }
+      channel.close()
+      guard cleaned.wait() else {
+        tally.fail("round \(tally.rounds.load(ordering: .relaxed)): the cleanup never ran")
+        return
+      }
+      let got = received.load(ordering: .relaxed)
+      if got != message.count { tally.fail("read \(got) bytes, not \(message.count)") }
+      tally.rounds.add(1, ordering: .relaxed)
+    }
+  }
+  tally.end("stream channels")
 }
