@@ -87,7 +87,8 @@ private func sourceCycle(write: Bool, count: Int) {
     for (readEnd, writeEnd) in pipes {
       let source: Source =
         write
-        ? try! WriteSource(fileDescriptor: writeEnd, queue: queue) : try! ReadSource(fileDescriptor: readEnd, queue: queue)
+        ? try! WriteSource(fileDescriptor: writeEnd, queue: queue)
+        : try! ReadSource(fileDescriptor: readEnd, queue: queue)
       source.setCancelHandler { done.signal() }
       source.resume()
       source.cancel()
@@ -136,7 +137,9 @@ private func httpServer(port: UInt16, seconds: Int) {
   address.sin_addr.s_addr = inet_addr("127.0.0.1")
   address.sin_port = port.bigEndian
   let bound = withUnsafePointer(to: &address) {
-    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+      bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+    }
   }
   precondition(bound == 0 && listen(listener, 1024) == 0, "bind/listen: errno \(errno)")
   _ = fcntl(listener, F_SETFL, O_NONBLOCK)
@@ -158,7 +161,8 @@ private func httpServer(port: UInt16, seconds: Int) {
   print("http-server: listening on 127.0.0.1:\(port) for \(seconds) s")
   sleep(UInt32(seconds))
   acceptor.cancel()
-  print("http-server: served \(served.load(ordering: .relaxed)) connections, \(requests.load(ordering: .relaxed)) requests")
+  print(
+    "http-server: served \(served.load(ordering: .relaxed)) connections, \(requests.load(ordering: .relaxed)) requests")
 }
 
 private func serve(_ descriptor: Int32, queue: Queue) {

@@ -14,7 +14,9 @@
 /// package's own that holds it (one more descriptor per source, closed once after the cancel
 /// handler), so that a peer's hang-up cannot reach libdispatch's use-after-free
 /// (swift-corelibs-libdispatch#949); the handler sees the same events. A regular file is watched
-/// directly. See docs/sources-linux.md.
+/// directly. The instance is closed asynchronously after the cancel handler: a tight loop
+/// that creates and cancels thousands of started sources can hold that many descriptors for a
+/// moment (and meet the descriptor limit); pace such loops. See docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, on the epoll instance).

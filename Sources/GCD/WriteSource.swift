@@ -16,7 +16,10 @@
 /// holds the descriptor, which becomes readable on the pipe's `EPOLLERR` — libdispatch itself
 /// ignores an `EPOLLERR` that comes alone. The nest (one more descriptor per source, closed once
 /// after the cancel handler) also keeps a peer's hang-up away from libdispatch's use-after-free
-/// (swift-corelibs-libdispatch#949). A regular file is watched directly. See docs/sources-linux.md.
+/// (swift-corelibs-libdispatch#949). A regular file is watched directly. The instance is closed
+/// asynchronously after the cancel handler: a tight loop that creates and cancels thousands of
+/// started sources can hold that many descriptors for a moment (and meet the descriptor limit);
+/// pace such loops. See docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`
 /// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_READ` source on the epoll instance).
