@@ -93,6 +93,8 @@ func parseOptions(_ arguments: [String]) -> Options {
   return options
 }
 
+// The nested-epoll probes (ChurnProbe.swift) take over the process when asked for.
+runChurnProbeIfAsked()
 let options = parseOptions(Array(CommandLine.arguments.dropFirst()))
 
 // The C library: --c-lib, else $GCD_BENCH_C_LIB (set by `make bench`), else the default path.

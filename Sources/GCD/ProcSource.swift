@@ -41,8 +41,11 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 /// before `resume()`.
 ///
 /// On Linux the source holds a `pidfd_open(2)` descriptor on the process
-/// from creation (so the pid cannot be reused under it) and, from the first
-/// `resume()`, an internal read source on it; the descriptor is closed once,
+/// from creation (so the pid cannot be reused under it), in an epoll
+/// instance of its own (a pidfd hangs up once the process is reaped, and
+/// libdispatch must not see that: swift-corelibs-libdispatch#949), and, from
+/// the first `resume()`, an internal read source on that instance: two
+/// descriptors per source. Both are closed once,
 /// when the exit has been delivered or when this source is cancelled or
 /// dropped, whichever comes first. Once started, the descriptor is closed
 /// in the internal source's cancel handler, asynchronously, shortly after
@@ -65,7 +68,8 @@ public final class ProcSource: Source, @unchecked Sendable {
   /// handlers on `queue`.
   ///
   /// - Throws: `GCDError` with `ESRCH` when there is no process `pid` (it
-  ///   never existed, or it has exited and been reaped); `ENOTSUP` for
+  ///   never existed, or it has exited and been reaped); `EMFILE` naming
+  ///   `pidfd_open` or `epoll_create1` when no descriptor is left; `ENOTSUP` for
   ///   `.fork`, `.exec` and `.signal`, which Linux cannot deliver to an
   ///   unprivileged process; `EINVAL` for a pid below 1 or unknown bits.
   ///
@@ -95,8 +99,23 @@ public final class ProcSource: Source, @unchecked Sendable {
     let descriptor = try checkedCall(operation + ": pidfd_open", detail: ProcSource.explain) {
       system_pidfd_open(pid)
     }
-    let created = try Source.createWatcherTarget(queue: queue, closingOnFailure: descriptor)
-    let watcher = PidWatcher(descriptor: descriptor, bits: events.intersection(.exit).rawValue, target: created)
+    // The pidfd hangs up once the process is reaped: libdispatch watches it through a nest.
+    let nest: EpollNest?
+    do {
+      nest = try EpollNest.make(watching: descriptor, writable: false, operation: operation)
+    } catch {
+      system_close(descriptor)
+      throw error
+    }
+    let created: OpaquePointer
+    do {
+      created = try Source.createWatcherTarget(queue: queue, closingOnFailure: descriptor)
+    } catch {
+      nest?.close()
+      throw error
+    }
+    let watcher = PidWatcher(
+      descriptor: descriptor, nest: nest, bits: events.intersection(.exit).rawValue, target: created)
     self.pid = pid
     watchedEvents = events
     super.init(created: created, queue: queue, ownedCleanup: { watcher.stop() }, onActivate: { watcher.start() })

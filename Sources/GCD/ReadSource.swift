@@ -10,7 +10,16 @@
 /// A regular file is always readable: the handler runs until you cancel the
 /// source; read until `read` returns 0 and cancel then.
 ///
-/// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ`.
+/// On Linux libdispatch does not watch the descriptor itself but an epoll instance of the
+/// package's own that holds it (one more descriptor per source, closed once after the cancel
+/// handler), so that a peer's hang-up cannot reach libdispatch's use-after-free
+/// (swift-corelibs-libdispatch#949); the handler sees the same events. A regular file is watched
+/// directly. The instance is closed asynchronously after the cancel handler: a tight loop
+/// that creates and cancels thousands of started sources can hold that many descriptors for a
+/// moment (and meet the descriptor limit); pace such loops. See docs/sources-linux.md.
+///
+/// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
+/// pipe or a socket, on the epoll instance).
 public final class ReadSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); iterating starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
@@ -22,19 +31,31 @@ public final class ReadSource: Source, @unchecked Sendable {
   ///   - fileDescriptor: The descriptor to watch; it stays yours.
   ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
-  ///   `EISDIR` for a directory.
+  ///   `EISDIR` for a directory, `EMFILE` (naming `epoll_create1`) when no
+  ///   descriptor is left for the source's epoll instance.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    super.init(
-      created: try Source.create(
-        descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))"),
-      queue: queue)
+    let (created, nest) = try Source.create(
+      descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
+    self.fileDescriptor = fileDescriptor
+    self.nest = nest
+    super.init(created: created, queue: queue, ownedCleanup: nest?.closing)
   }
+
+  /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
+  let nest: EpollNest?
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.
   public var bytesAvailable: Int { Int(clamping: data) }
 
+  /// The bytes queued to read on the descriptor (`FIONREAD`), read when asked; 0 at end of file,
+  /// 1 where the descriptor cannot tell (a listening socket: connections are waiting).
+  public override var data: UInt { nest?.estimate ?? super.data }
+
   /// The watched descriptor.
-  public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
+  public let fileDescriptor: Int32
+
+  /// The watched descriptor, as a handle.
+  public override var handle: UInt { UInt(bitPattern: Int(fileDescriptor)) }
 }

@@ -64,13 +64,18 @@ public class Source: DispatchObject, @unchecked Sendable {
     return created
   }
 
-  /// Creates a read or write C source on `descriptor`, which must be open
-  /// and not a directory (epoll cannot watch one: libdispatch would accept
-  /// it and the source would never fire). The initializer the descriptor
-  /// sources share.
+  /// Creates the C source of a read or write source on `descriptor`, which must be open and not
+  /// a directory (epoll cannot watch one: libdispatch would accept it and the source would never
+  /// fire). The initializer the descriptor sources share.
+  ///
+  /// A descriptor epoll can watch (a pipe, a socket, a terminal) goes into an epoll instance of
+  /// the package's own (`EpollNest`), and the C source is a read source on that instance, so that
+  /// libdispatch never sees the descriptor hang up (swift-corelibs-libdispatch#949). A regular
+  /// file, which epoll cannot watch and which never hangs up, is given to libdispatch directly
+  /// (`nest` is nil), as is any other descriptor epoll refuses.
   static func create(
     descriptor: Int32, _ type: Libdispatch.SourceType, queue: Queue, operation: @autoclosure () -> String
-  ) throws(GCDError) -> OpaquePointer {
+  ) throws(GCDError) -> (created: OpaquePointer, nest: EpollNest?) {
     guard descriptor >= 0, let status = system_fstat(descriptor) else {
       throw GCDError(operation: operation(), errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
     }
@@ -79,7 +84,17 @@ public class Source: DispatchObject, @unchecked Sendable {
         operation: operation(), errno: Errno.isDirectory,
         detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")
     }
-    return try create(type, handle: UInt(descriptor), queue: queue)
+    let nest =
+      status.epollRefuses
+      ? nil : try EpollNest.make(watching: descriptor, writable: type == .write, operation: operation())
+    guard let nest else { return (try create(type, handle: UInt(descriptor), queue: queue), nil) }
+    do {
+      // An epoll instance is readable while the descriptor in it is ready, and never writable.
+      return (try create(.read, handle: UInt(nest.instance), queue: queue), nest)
+    } catch {
+      nest.close()
+      throw error
+    }
   }
 
   /// Takes over `created` (from `create`), whose handlers run on `queue`.
@@ -124,8 +139,11 @@ public class Source: DispatchObject, @unchecked Sendable {
   /// the raw value of `firedEvents`.
   ///
   /// The corresponding C function is `dispatch_source_get_data`.
+  ///
+  /// `ReadSource` and `WriteSource` compute it from their descriptor when it is read (libdispatch
+  /// watches an epoll instance for them, whose data says nothing).
   @inlinable
-  public final var data: UInt { Libdispatch.source_get_data(raw) }
+  public var data: UInt { Libdispatch.source_get_data(raw) }
 
   /// The mask the source was created with (the events it watches).
   ///

@@ -11,10 +11,24 @@
 /// ignore `SIGPIPE` (`signal(SIGPIPE, SIG_IGN)`) so that the failure is an
 /// error code and not the death of the process.
 ///
-/// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`.
+/// A reader that goes away while the pipe is full reaches the handler at once (the next `write`
+/// fails with `EPIPE`): on Linux libdispatch watches an epoll instance of the package's own that
+/// holds the descriptor, which becomes readable on the pipe's `EPOLLERR` — libdispatch itself
+/// ignores an `EPOLLERR` that comes alone. The nest (one more descriptor per source, closed once
+/// after the cancel handler) also keeps a peer's hang-up away from libdispatch's use-after-free
+/// (swift-corelibs-libdispatch#949). A regular file is watched directly. The instance is closed
+/// asynchronously after the cancel handler: a tight loop that creates and cancels thousands of
+/// started sources can hold that many descriptors for a moment (and meet the descriptor limit);
+/// pace such loops. See docs/sources-linux.md.
+///
+/// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`
+/// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_READ` source on the epoll instance).
 public final class WriteSource: Source, @unchecked Sendable {
   /// The watched descriptor.
-  public var fileDescriptor: Int32 { Int32(truncatingIfNeeded: handle) }
+  public let fileDescriptor: Int32
+
+  /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
+  let nest: EpollNest?
 
   /// The source's events as an `AsyncSequence` of buffer-space estimates; iterating starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
@@ -26,13 +40,22 @@ public final class WriteSource: Source, @unchecked Sendable {
   ///   - fileDescriptor: The descriptor to watch; it stays yours.
   ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
-  ///   `EISDIR` for a directory.
+  ///   `EISDIR` for a directory, `EMFILE` (naming `epoll_create1`) when no
+  ///   descriptor is left for the source's epoll instance.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    super.init(
-      created: try Source.create(
-        descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))"),
-      queue: queue)
+    let (created, nest) = try Source.create(
+      descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
+    self.fileDescriptor = fileDescriptor
+    self.nest = nest
+    super.init(created: created, queue: queue, ownedCleanup: nest?.closing)
   }
+
+  /// What libdispatch reports: the bytes still queued for sending on a socket (`SIOCOUTQ`), 1 for
+  /// a pipe; read from the descriptor when asked.
+  public override var data: UInt { nest?.estimate ?? super.data }
+
+  /// The watched descriptor, as a handle.
+  public override var handle: UInt { UInt(bitPattern: Int(fileDescriptor)) }
 }

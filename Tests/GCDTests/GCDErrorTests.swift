@@ -152,6 +152,21 @@ func createWithNoDescriptorLeft() {
   expectEMFILE("ProcSource's pidfd", naming: "pidfd_open") { () throws(GCDError) in
     try ProcSource(pid: getpid(), queue: queue)
   }
+  // A read or write source on a pipe or socket takes an epoll instance of its own (the nest that
+  // keeps hang-ups away from libdispatch); a ProcSource takes one beside its pidfd.
+  expectEMFILE("ReadSource's epoll instance", naming: "epoll_create1") { () throws(GCDError) in
+    try ReadSource(fileDescriptor: pair[1], queue: queue)
+  }
+  expectEMFILE("WriteSource's epoll instance", naming: "epoll_create1") { () throws(GCDError) in
+    try WriteSource(fileDescriptor: pair[1], queue: queue)
+  }
+  close(fillers.removeLast())
+  expectEMFILE("ProcSource's epoll instance", naming: "epoll_create1") { () throws(GCDError) in
+    try ProcSource(pid: getpid(), queue: queue)
+  }
+  let refill = open("/dev/null", O_RDONLY | O_CLOEXEC)
+  childCheck(refill >= 0, "the ProcSource that could not get its epoll instance kept its pidfd open")
+  fillers.append(refill)
   // With a few descriptors back, a FileSystemSource makes the shared instance (kept, so that no
   // close happens behind the test's back); then the table is filled again, and the watch's own
   // descriptor finds none.

@@ -314,6 +314,22 @@ extern void cgcd_io_write_f(void *channel, long offset, void *data, void *queue,
 extern void cgcd_io_barrier_f(void *channel, void *_Nullable context, cgcd_function_t barrier)
     __asm__("dispatch_io_barrier_f");
 
+
+// MARK: - Nested epoll for descriptor sources (issue 18)
+
+/// `ioctl(descriptor, output ? SIOCOUTQ : SIOCINQ, &bytes)`: the bytes queued to be read (`SIOCINQ`,
+/// the same request as `FIONREAD`) or still unsent (`SIOCOUTQ`, the same request as `TIOCOUTQ`) —
+/// what libdispatch reports as a read or write source's data. Returns 0, or -1 and sets `errno`.
+/// `ioctl` is variadic, which Swift cannot call.
+int cgcd_queued_bytes(int descriptor, int output, int *bytes);
+
+/// `epoll_create1(EPOLL_CLOEXEC)` (Swift's Glibc module does not include <sys/epoll.h>).
+int cgcd_epoll_create(void);
+
+/// `epoll_ctl(instance, EPOLL_CTL_ADD, descriptor, …)` for `EPOLLOUT` when `writable`, else
+/// `EPOLLIN`; level-triggered. Returns 0, or -1 and sets `errno`.
+int cgcd_epoll_add(int instance, int descriptor, int writable);
+
 #pragma clang assume_nonnull end
 
 #endif

@@ -4,9 +4,14 @@ import Synchronization
 /// that turns its readability (the process exited) into one `.exit` merged
 /// into the user source.
 ///
-/// The descriptor is closed exactly once: by `stop()` while idle, otherwise
-/// in the internal source's cancel handler, after libdispatch has stopped
-/// watching it. The internal source cancels itself after its one event (a
+/// libdispatch watches the pidfd through an epoll instance of the package's
+/// own (`EpollNest`): once the process is reaped the pidfd reports a
+/// hang-up, which libdispatch's epoll layer must not see
+/// (swift-corelibs-libdispatch#949).
+///
+/// The descriptor and the nest are closed exactly once: by `stop()` while
+/// idle, otherwise in the internal source's cancel handler, after libdispatch
+/// has stopped watching the nest. The internal source cancels itself after its one event (a
 /// pidfd stays readable once the process has exited), or `stop()` cancels it.
 final class PidWatcher: KernelWatcher {
   /// The internal read source, held in `Sendable` state (libdispatch objects are thread-safe).
@@ -24,14 +29,17 @@ final class PidWatcher: KernelWatcher {
   }
 
   let descriptor: Int32
+  /// The epoll instance holding `descriptor` that the internal source watches (nil: the descriptor itself).
+  let nest: EpollNest?
   /// The bits merged into the user source on exit (0 when `.exit` is not watched).
   let bits: UInt
   let target: MergeTarget
   private let phase = Mutex(WatcherPhase<Reader>.idle)
 
-  /// Takes over `descriptor` (a pidfd) and a reference to `target`.
-  init(descriptor: Int32, bits: UInt, target: OpaquePointer) {
+  /// Takes over `descriptor` (a pidfd), `nest` and a reference to `target`.
+  init(descriptor: Int32, nest: EpollNest?, bits: UInt, target: OpaquePointer) {
     self.descriptor = descriptor
+    self.nest = nest
     self.bits = bits
     self.target = MergeTarget(retaining: target)
   }
@@ -39,7 +47,7 @@ final class PidWatcher: KernelWatcher {
   func start() {
     let action = phase.withLock { phase -> Action in
       guard case .idle = phase,
-        let reader = Libdispatch.source_create(.read, UInt(descriptor), 0, Queue.global().raw)
+        let reader = Libdispatch.source_create(.read, UInt(nest?.instance ?? descriptor), 0, Queue.global().raw)
       else { return .none }
       let running = Reader(source: reader)
       Libdispatch.source_set_event_handler(reader) { [target, bits] in
@@ -50,6 +58,7 @@ final class PidWatcher: KernelWatcher {
       }
       Libdispatch.source_set_cancel_handler(reader) { [self] in
         system_close(descriptor)
+        nest?.close()
         self.phase.withLock { $0 = .stopped }
         target.release()
         Libdispatch.release(running.source)
@@ -86,6 +95,7 @@ final class PidWatcher: KernelWatcher {
       Libdispatch.release(reader.source)
     case .close:
       system_close(descriptor)
+      nest?.close()
       target.release()
     }
   }

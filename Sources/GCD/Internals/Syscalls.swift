@@ -259,3 +259,24 @@ func system_free(_ memory: UnsafeMutableRawPointer) { free(memory) }
 func system_memequal(_ first: UnsafeRawPointer, _ second: UnsafeRawPointer, _ count: Int) -> Bool {
   memcmp(first, second, count) == 0
 }
+
+// MARK: - epoll (the nest between libdispatch and a descriptor source's descriptor)
+
+/// `epoll_create1(EPOLL_CLOEXEC)` (through CGCD); -1 and errno on failure.
+func system_epoll_create() -> Int32 { cgcd_epoll_create() }
+
+/// `epoll_ctl(instance, EPOLL_CTL_ADD, descriptor, …)` for `EPOLLIN` (or `EPOLLOUT` when
+/// `writable`), level-triggered (through CGCD); -1 and errno on failure (`EPERM`: epoll cannot
+/// watch this kind of file).
+func system_epoll_add(_ instance: Int32, _ descriptor: Int32, writable: Bool) -> Int32 {
+  cgcd_epoll_add(instance, descriptor, writable ? 1 : 0)
+}
+
+/// The bytes `descriptor` has queued to read (`SIOCINQ`, as `FIONREAD`), or still to send
+/// (`SIOCOUTQ`) when `output`: what libdispatch reports as a read or write source's data; nil and
+/// errno when the request fails (`ENOTTY` or `EINVAL`: the descriptor does not support it).
+func system_queuedBytes(_ descriptor: Int32, output: Bool) -> Int? {
+  var bytes: Int32 = 0
+  guard cgcd_queued_bytes(descriptor, output ? 1 : 0, &bytes) == 0 else { return nil }
+  return Int(bytes)
+}

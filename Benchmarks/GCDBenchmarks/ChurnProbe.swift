@@ -1,0 +1,255 @@
+import GCD
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// Probes for the nested epoll of the descriptor sources (docs/sources-linux.md, issue 18), run
+// instead of the benchmark table when the first argument names one:
+//   GCDBenchmarks --read-round-trip [N]      one event through a ReadSource on a pipe: write a
+//                                            byte, the handler reads it and signals; median ns of 7
+//   GCDBenchmarks --source-cycle read|write [N]  the whole life of N sources, each on a pipe of its own
+//                                            (as a server's connections are): create, set a cancel
+//                                            handler, resume, cancel, until every cancel handler has
+//                                            run; median ns per source of 5
+//   GCDBenchmarks --http-server PORT SECONDS a small HTTP/1.1 server on 127.0.0.1:PORT, a
+//                                            ReadSource and a WriteSource per connection, for `wrk`
+//                                            (answers "ok"; honours Connection: close); prints the
+//                                            connections and requests served when it stops
+
+/// Runs the probe the arguments name, and exits; returns when they name none.
+func runChurnProbeIfAsked() {
+  let arguments = Array(CommandLine.arguments.dropFirst())
+  guard let first = arguments.first else { return }
+  switch first {
+  case "--read-round-trip":
+    readRoundTrip(count: arguments.count > 1 ? Int(arguments[1]) ?? 20_000 : 20_000)
+    exit(0)
+  case "--source-cycle":
+    guard arguments.count > 1, ["read", "write"].contains(arguments[1]) else {
+      note("usage: GCDBenchmarks --source-cycle read|write [N]")
+      exit(2)
+    }
+    sourceCycle(write: arguments[1] == "write", count: arguments.count > 2 ? Int(arguments[2]) ?? 2_000 : 2_000)
+    exit(0)
+  case "--http-server":
+    guard arguments.count > 2, let port = UInt16(arguments[1]), let seconds = Int(arguments[2]) else {
+      note("usage: GCDBenchmarks --http-server PORT SECONDS")
+      exit(2)
+    }
+    httpServer(port: port, seconds: seconds)
+    exit(0)
+  default: return
+  }
+}
+
+private func readRoundTrip(count: Int) {
+  var ends: [Int32] = [-1, -1]
+  precondition(pipe(&ends) == 0)
+  _ = fcntl(ends[0], F_SETFL, O_NONBLOCK)
+  let readEnd = ends[0]
+  let handled = try! Semaphore(value: 0)
+  let source = try! ReadSource(fileDescriptor: readEnd, queue: Queue(label: "probe.round.trip"))
+  source.setEventHandler {
+    var byte: UInt8 = 0
+    while read(readEnd, &byte, 1) == 1 { handled.signal() }
+  }
+  source.resume()
+  var samples: [Double] = []
+  for _ in 0..<7 {
+    let start = monotonicNanos()
+    for _ in 0..<count {
+      var byte: UInt8 = 1
+      _ = write(ends[1], &byte, 1)
+      handled.wait()
+    }
+    samples.append(Double(monotonicNanos() - start) / Double(count))
+  }
+  source.cancel()
+  samples.sort()
+  print("read_round_trip_ns median=\(Int(samples[3])) min=\(Int(samples[0])) max=\(Int(samples[6])) count=\(count)")
+}
+
+private func sourceCycle(write: Bool, count: Int) {
+  let pipes = (0..<count).map { _ -> (Int32, Int32) in
+    var ends: [Int32] = [-1, -1]
+    precondition(pipe(&ends) == 0, "pipe: errno \(errno)")
+    return (ends[0], ends[1])
+  }
+  let queue = Queue(label: "probe.source.cycle")
+  var samples: [Double] = []
+  for _ in 0..<5 {
+    let done = try! Semaphore(value: 0)
+    let start = monotonicNanos()
+    for (readEnd, writeEnd) in pipes {
+      let source: Source =
+        write
+        ? try! WriteSource(fileDescriptor: writeEnd, queue: queue)
+        : try! ReadSource(fileDescriptor: readEnd, queue: queue)
+      source.setCancelHandler { done.signal() }
+      source.resume()
+      source.cancel()
+    }
+    for _ in 0..<count { done.wait() }
+    samples.append(Double(monotonicNanos() - start) / Double(count))
+  }
+  samples.sort()
+  print(
+    "source_cycle_\(write ? "write" : "read")_ns median=\(Int(samples[2])) min=\(Int(samples[0])) max=\(Int(samples[4])) count=\(count)"
+  )
+}
+
+/// One connection: its descriptor, its sources and what is left to send; touched only on its queue.
+private final class Connection: @unchecked Sendable {
+  let descriptor: Int32
+  let reader: ReadSource
+  let writer: WriteSource
+  var input: [UInt8] = []
+  var output: [UInt8] = []
+  var writing = false
+  var closeAfterOutput = false
+  var closing = false
+  let cancelled = Atomic<Int>(0)
+
+  init(descriptor: Int32, queue: Queue) throws {
+    self.descriptor = descriptor
+    reader = try ReadSource(fileDescriptor: descriptor, queue: queue)
+    writer = try WriteSource(fileDescriptor: descriptor, queue: queue)
+  }
+}
+
+private let response = Array("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok".utf8)
+private let closingResponse = Array(
+  "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nok".utf8)
+private let served = Atomic<Int>(0)
+private let requests = Atomic<Int>(0)
+
+private func httpServer(port: UInt16, seconds: Int) {
+  signal(SIGPIPE, SIG_IGN)
+  let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+  var yes: Int32 = 1
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+  var address = sockaddr_in()
+  address.sin_family = sa_family_t(AF_INET)
+  address.sin_addr.s_addr = inet_addr("127.0.0.1")
+  address.sin_port = port.bigEndian
+  let bound = withUnsafePointer(to: &address) {
+    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+      bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+    }
+  }
+  precondition(bound == 0 && listen(listener, 1024) == 0, "bind/listen: errno \(errno)")
+  _ = fcntl(listener, F_SETFL, O_NONBLOCK)
+  let queues = (0..<4).map { Queue(label: "probe.http.\($0)") }
+  let acceptQueue = Queue(label: "probe.http.accept")
+  let acceptor = try! ReadSource(fileDescriptor: listener, queue: acceptQueue)
+  let next = Atomic<Int>(0)
+  acceptor.setEventHandler {
+    while true {
+      let descriptor = accept(listener, nil, nil)
+      if descriptor < 0 { break }
+      _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
+      _ = fcntl(descriptor, F_SETFL, O_NONBLOCK)
+      serve(descriptor, queue: queues[next.add(1, ordering: .relaxed).newValue % queues.count])
+    }
+  }
+  acceptor.setCancelHandler { close(listener) }
+  acceptor.resume()
+  print("http-server: listening on 127.0.0.1:\(port) for \(seconds) s")
+  sleep(UInt32(seconds))
+  acceptor.cancel()
+  print(
+    "http-server: served \(served.load(ordering: .relaxed)) connections, \(requests.load(ordering: .relaxed)) requests")
+}
+
+private func serve(_ descriptor: Int32, queue: Queue) {
+  let connection: Connection
+  do {
+    connection = try Connection(descriptor: descriptor, queue: queue)
+  } catch {
+    note("http-server: \(error)")
+    close(descriptor)
+    return
+  }
+  let finish: @Sendable () -> Void = {
+    if connection.cancelled.add(1, ordering: .acquiringAndReleasing).newValue == 2 {
+      close(connection.descriptor)
+      served.add(1, ordering: .relaxed)
+    }
+  }
+  connection.reader.setCancelHandler(finish)
+  connection.writer.setCancelHandler(finish)
+  connection.reader.setEventHandler { readAvailable(connection) }
+  connection.writer.setEventHandler { flush(connection) }
+  connection.reader.resume()
+}
+
+/// Stops both sources once (on the connection's queue).
+private func stop(_ connection: Connection) {
+  guard !connection.closing else { return }
+  connection.closing = true
+  connection.reader.cancel()
+  connection.writer.cancel()  // also balances a suspension, or starts a writer never started
+}
+
+private func readAvailable(_ connection: Connection) {
+  var buffer = [UInt8](repeating: 0, count: 4096)
+  while true {
+    let count = recv(connection.descriptor, &buffer, buffer.count, 0)
+    if count > 0 {
+      connection.input += buffer[0..<count]
+      continue
+    }
+    if count == 0 || errno != EAGAIN {
+      stop(connection)
+      return
+    }
+    break
+  }
+  // Each request ends with an empty line; answer each one.
+  let end: [UInt8] = [13, 10, 13, 10]
+  var answered = false
+  while let range = connection.input.firstRange(of: end) {
+    let head = connection.input[..<range.lowerBound]
+    let closeRequested = head.firstRange(of: Array("Connection: close".utf8)) != nil
+    connection.input.removeSubrange(..<range.upperBound)
+    connection.output += closeRequested ? closingResponse : response
+    requests.add(1, ordering: .relaxed)
+    answered = true
+    if closeRequested {
+      connection.closeAfterOutput = true
+      break
+    }
+  }
+  if answered { flush(connection) }
+}
+
+private func flush(_ connection: Connection) {
+  while !connection.output.isEmpty {
+    let sent = connection.output.withUnsafeBytes {
+      send(connection.descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+    }
+    if sent > 0 {
+      connection.output.removeFirst(sent)
+      continue
+    }
+    if errno == EAGAIN {
+      // Wait for room: the write source fires when the socket can take more.
+      if !connection.writing {
+        connection.writing = true
+        connection.writer.resume()
+      }
+      return
+    }
+    stop(connection)
+    return
+  }
+  if connection.writing && !connection.closing {
+    connection.writing = false
+    connection.writer.suspend()
+  }
+  if connection.closeAfterOutput { stop(connection) }
+}
