@@ -85,13 +85,13 @@ TSAN_MUTEX_LIB := .build/sanitizers/libtsan-mutex.so
 # Every suite runs. The I/O suites (IOChannel, IOChannel examples) run on their
 # own afterwards: libdispatch's dispatch_io machinery hits that crash in about
 # one TSan run of them in three (docs/reliability.md), so they may take up to
-# four attempts (about a minute each), where the rest of the suite takes two.
+# six attempts (about a minute each), where the rest of the suite takes two.
 TSAN_TEST = LD_PRELOAD="$(abspath $(TSAN_MUTEX_LIB))" Tests/Sanitizers/retry-known-crash.sh \
   $(SWIFT) test --skip-build --disable-xctest --no-parallel --sanitize=thread --scratch-path .build/sanitize-thread
 sanitize-thread: $(TSAN_MUTEX_LIB)
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/sanitize-thread
 	$(TSAN_TEST) --skip IOChannel
-	ATTEMPTS=4 $(TSAN_TEST) --filter IOChannel
+	ATTEMPTS=6 $(TSAN_TEST) --filter IOChannel
 
 # (ld.gold warns once per ASan helper symbol, "Cannot export local symbol
 # '__asan_check_...'", about 3,000 lines of noise: filtered out.)
