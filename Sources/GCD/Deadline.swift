@@ -51,13 +51,13 @@ public struct Deadline: Hashable, Sendable {
   /// The deadline moved by `duration` (clamped). The corresponding C function is `dispatch_time`.
   @inlinable
   public static func + (lhs: Deadline, rhs: Duration) -> Deadline {
-    Deadline(rawValue: Libdispatch.time(lhs.rawValue, rhs.clampedNanoseconds))
+    Deadline(rawValue: Libdispatch.time(lhs.rawValue, rhs.saturatingNanoseconds))
   }
 
   /// The deadline moved back by `duration` (clamped).
   @inlinable
   public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
-    let nanos = rhs.clampedNanoseconds
+    let nanos = rhs.saturatingNanoseconds
     return Deadline(rawValue: Libdispatch.time(lhs.rawValue, nanos == .min ? .max : -nanos))
   }
 
@@ -69,7 +69,13 @@ public struct Deadline: Hashable, Sendable {
 extension Duration {
   /// This duration in whole nanoseconds, clamped to `Int64`'s range.
   @inlinable
-  public var clampedNanoseconds: Int64 {
+  public var clampedNanoseconds: Int64 { saturatingNanoseconds }
+
+  /// This duration in whole nanoseconds, saturated at `Int64.min` and
+  /// `Int64.max` (about 292 years: "practically never") instead of trapping.
+  /// Every `Duration` the package hands to libdispatch goes through here.
+  @inlinable
+  var saturatingNanoseconds: Int64 {
     let (seconds, attoseconds) = components
     let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
     if overflow { return seconds < 0 ? .min : .max }
@@ -77,10 +83,15 @@ extension Duration {
     if overflow2 { return seconds < 0 ? .min : .max }
     return sum
   }
+
+  /// ``saturatingNanoseconds``, with a negative duration as 0: for the
+  /// libdispatch parameters that are unsigned (intervals, leeways).
+  @inlinable
+  var saturatingNonNegativeNanoseconds: UInt64 { UInt64(max(0, saturatingNanoseconds)) }
 }
 
 /// The deadline `timeout` from now: the form every `wait(timeout:)` uses.
 @inlinable
 func deadline(after timeout: Duration) -> UInt64 {
-  Libdispatch.time(0, timeout.clampedNanoseconds)
+  Libdispatch.time(0, timeout.saturatingNanoseconds)
 }

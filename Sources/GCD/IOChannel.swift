@@ -13,16 +13,17 @@ import Synchronization
 ///
 /// What the package adds to the C channel, each for a trap of libdispatch on
 /// Linux (docs/io.md lists them):
-/// - Dropping the last reference stops the channel (`dispatch_io_close` with
-///   `DISPATCH_IO_STOP`): pending reads end with `ECANCELED`, and the
-///   descriptor is let go, instead of being held until end of file.
+/// - Dropping the last reference stops the channel's reads and lets its
+///   writes finish: pending reads end with `ECANCELED` (none is left waiting
+///   for bytes that never come, holding the descriptor), pending writes run
+///   to their end and their handlers are called, then the cleanup runs.
+///   ``close(stop:)`` with `stop` ends both at once.
 /// - A stream channel's reads start with a low-water mark of 1 byte, so each
 ///   read delivers what arrives (libdispatch's default, one 1 MiB chunk,
 ///   holds back every smaller amount). Its writes keep libdispatch's
 ///   default, so a write's handler runs when the write is done rather than
-///   after every partial write — except on a stream over a file or FIFO
-///   opened for reading and writing, whose one C channel has one mark for
-///   both. Set your own with ``setLimit(lowWater:highWater:)``.
+///   after every partial write. Set your own with
+///   ``setLimit(lowWater:highWater:)``.
 /// - A write to a pipe or socket whose reader is gone fails with `EPIPE`
 ///   instead of killing the process: the first channel installs a
 ///   do-nothing `SIGPIPE` handler if the signal still has its default
@@ -30,15 +31,18 @@ import Synchronization
 /// - ``init(path:flags:mode:type:queue:cleanup:)`` opens the file itself and
 ///   throws at once (a relative path, a missing file, a FIFO for random
 ///   access), where the C function returns NULL or reports the error later.
-/// - A stream channel over a socket or a character device (a terminal)
-///   reads and writes through two C channels: the writes go through a second
-///   one over a close-on-exec duplicate of the descriptor. With one long
-///   write in flight while reads wait on the same C channel, libdispatch's
-///   epoll code can lose the read side's wake-up and stall for good (seen in
-///   C, about one 64 MiB loopback round trip in three); two C channels have
-///   their own records and epoll registrations. The pair behaves as one
-///   channel: limits, intervals, barriers and closing apply to both, and the
-///   cleanup runs once, after both are done.
+/// - A channel over a descriptor open for reading and writing (a socket, a
+///   terminal, a FIFO or a file opened with `O_RDWR`) reads and writes
+///   through two C channels: the writes go through a second one over a
+///   close-on-exec duplicate of the descriptor. That is what lets a drop
+///   stop the reads alone (`dispatch_io_close` stops every operation of a C
+///   channel). And on a socket, with one long write in flight while reads
+///   wait on the same C channel, libdispatch's epoll code can lose the read
+///   side's wake-up and stall for good (seen in C, about one 64 MiB loopback
+///   round trip in three); two C channels have their own records and epoll
+///   registrations. The pair behaves as one channel: limits, intervals,
+///   barriers and closing apply to both, and the cleanup runs once, after
+///   both are done.
 ///
 /// A stream channel sets `O_NONBLOCK` on the descriptor and restores the
 /// original flags before the cleanup handler runs.
@@ -69,10 +73,14 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The C channel of the reads, and of everything else unless `writer`
   /// exists; nil when the descriptor was unusable from the start.
   @usableFromInline let raw: OpaquePointer?
-  /// For a stream channel over a socket or character device: the C channel
-  /// of the writes, over a duplicate of the descriptor (see the type's
-  /// discussion); nil otherwise.
+  /// For a descriptor open for reading and writing (a socket, a terminal, a
+  /// FIFO or file opened `O_RDWR`): the C channel of the writes, over a
+  /// duplicate of the descriptor (see the type's discussion); nil otherwise.
   let writer: OpaquePointer?
+  /// Whether a drop closes `raw` with `DISPATCH_IO_STOP`: it carries the
+  /// reads (false only when its descriptor is write-only, so that `raw`
+  /// carries nothing but writes, which a drop lets finish).
+  let dropStopsRaw: Bool
   /// The errno value of an unusable descriptor (0 when `raw` exists).
   let failure: Int32
   /// The channel's type.
@@ -82,8 +90,8 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The C channel, borrowed: valid while this wrapper is alive. Do not
   /// release it. Nil for a channel over a descriptor that was unusable from
   /// the start (see ``init(fileDescriptor:type:queue:cleanup:)``). For a
-  /// stream channel over a socket or character device, this is the C channel
-  /// of the reads; its writes go through a second one.
+  /// descriptor open for reading and writing, this is the C channel of the
+  /// reads; its writes go through a second one.
   public var unsafeObject: OpaquePointer? { raw }
 
   /// Creates a channel over a descriptor you opened.
@@ -102,7 +110,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///   - queue: Where `cleanup` runs.
   ///   - cleanup: Called once with the descriptor when the channel no
   ///     longer uses it (after ``close(stop:)``, or when the channel is
-  ///     dropped and its operations have ended).
+  ///     dropped: its reads stopped, its writes ended).
   ///
   /// The corresponding C function is `dispatch_io_create`.
   public convenience init(
@@ -180,24 +188,25 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       self.raw = nil
       self.writer = nil
       self.failure = failure
+      dropStopsRaw = false
       queue.async { cleanup(descriptor) }
       return
     }
-    // A stream made from a channel whose writes have a C channel of their own
+    // A channel made from one whose writes have a C channel of their own
     // writes through a channel made from that one.
-    let sourceWriter = type == .stream ? channel.writer : nil
     let box = CleanupBox(
-      descriptor: descriptor, closing: false, body: cleanup, channels: sourceWriter == nil ? 1 : 2)
+      descriptor: descriptor, closing: false, body: cleanup, channels: channel.writer == nil ? 1 : 2)
     let reads = Self.create(type: type, from: source, queue: queue, box: box)
     self.raw = reads
-    self.writer = sourceWriter.map { Self.create(type: .stream, from: $0, queue: queue, box: box) }
+    self.writer = channel.writer.map { Self.create(type: type, from: $0, queue: queue, box: box) }
     self.failure = 0
+    dropStopsRaw = channel.writer != nil || !system_isWriteOnly(descriptor)
     if type == .stream && !system_isWriteOnly(descriptor) { Libdispatch.io_set_low_water(reads, 1) }
   }
 
-  /// - Parameter splitting: Give the writes of a socket or character device
-  ///   their own C channel (false for the one-shot calls, which only read or
-  ///   only write).
+  /// - Parameter splitting: Give the writes of a descriptor open for reading
+  ///   and writing their own C channel (false for the one-shot calls, which
+  ///   only read or only write).
   init(
     descriptor: Int32, type: ChannelType, queue: Queue, closing: Bool, splitting: Bool = true,
     cleanup: @escaping @Sendable (Int32) -> Void
@@ -207,13 +216,17 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     reader = ChannelReader(descriptor: descriptor)
     var failure: Int32 = 0
     var duplicate: Int32 = -1
+    var isRegular = false
     if let status = system_fstat(descriptor) {
       if status.isDirectory { failure = Errno.isDirectory }
       if status.isStream && type == .randomAccess { failure = Errno.illegalSeek }
-      if failure == 0 && splitting && type == .stream && status.isBidirectional {
+      if failure == 0 && splitting
+        && ((type == .stream && status.isBidirectional) || system_isReadWrite(descriptor))
+      {
         duplicate = system_duplicate(descriptor)
         if duplicate < 0 { failure = system_errno }
       }
+      isRegular = status.isRegular
     } else {
       failure = system_errno
     }
@@ -221,6 +234,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       raw = nil
       writer = nil
       self.failure = failure
+      dropStopsRaw = false
       queue.async {
         if closing { system_close(descriptor) }
         cleanup(descriptor)
@@ -228,20 +242,24 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       return
     }
     if duplicate >= 0 {
-      // Both C channels find O_NONBLOCK already set, so neither changes the
-      // flags at its end; the last cleanup restores the caller's flags.
+      // Both C channels find the flags libdispatch wants already set (O_NONBLOCK for a stream,
+      // blocking for a regular file, which it reads on its disk queues), so neither changes them
+      // at its end; the last cleanup restores the caller's flags.
       let flags = system_statusFlags(descriptor)
-      if flags >= 0 { system_setStatusFlags(descriptor, flags | system_nonBlocking) }
+      if flags >= 0 {
+        system_setStatusFlags(descriptor, isRegular ? flags & ~system_nonBlocking : flags | system_nonBlocking)
+      }
       let box = CleanupBox(
         descriptor: descriptor, closing: closing, body: cleanup, channels: 2, duplicate: duplicate, flags: flags)
       raw = Self.create(type: type, descriptor: descriptor, queue: queue, box: box)
-      writer = Self.create(type: .stream, descriptor: duplicate, queue: queue, box: box)
+      writer = Self.create(type: type, descriptor: duplicate, queue: queue, box: box)
     } else {
       let box = CleanupBox(descriptor: descriptor, closing: closing, body: cleanup, channels: 1)
       raw = Self.create(type: type, descriptor: descriptor, queue: queue, box: box)
       writer = nil
     }
     self.failure = 0
+    dropStopsRaw = duplicate >= 0 || !system_isWriteOnly(descriptor)
     // Reads deliver what arrives. Writes keep libdispatch's default: at 1 byte their handler would
     // run after every partial write, with a new buffer for the rest each time.
     if type == .stream && !system_isWriteOnly(descriptor), let raw { Libdispatch.io_set_low_water(raw, 1) }
@@ -267,10 +285,19 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     return raw
   }
 
+  /// Dropping the channel stops its reads (none is left waiting for bytes
+  /// that never come, holding the descriptor) and lets its writes run to
+  /// their end, their handlers called, before the cleanup. The reads have a
+  /// C channel of their own unless the descriptor is read-only or write-only
+  /// (see `writer`), so stopping that C channel stops nothing else.
   deinit {
-    eachChannel { raw in
-      Libdispatch.io_close(raw, Libdispatch.ioStop)
+    if let raw {
+      Libdispatch.io_close(raw, dropStopsRaw ? Libdispatch.ioStop : 0)
       Libdispatch.release(raw)
+    }
+    if let writer {
+      Libdispatch.io_close(writer, 0)
+      Libdispatch.release(writer)
     }
   }
 
@@ -394,10 +421,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C function is `dispatch_io_set_interval`.
   public func setInterval(_ interval: Duration, strict: Bool = false) {
-    let (seconds, attoseconds) = interval.components
-    let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds / 1_000_000_000)
+    let nanoseconds = interval.saturatingNonNegativeNanoseconds
     eachChannel { raw in
-      Libdispatch.io_set_interval(raw, UInt64(nanoseconds), strict ? Libdispatch.ioStrictInterval : 0)
+      Libdispatch.io_set_interval(raw, nanoseconds, strict ? Libdispatch.ioStrictInterval : 0)
     }
   }
 
@@ -406,7 +432,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// Inside `body`, ``fileDescriptor`` is valid for direct calls such as `fsync`.
   ///
-  /// On a stream channel over a socket or character device, whose reads and
+  /// On a channel over a descriptor open for reading and writing, whose reads and
   /// writes go through two C channels, the barrier waits for the operations
   /// of both: the C barrier reached first holds its libdispatch thread until
   /// the other one is reached too, then `body` runs.
@@ -449,14 +475,15 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// of your own.
   ///
   /// The handler runs once with all the bytes read (fewer at end of file)
-  /// and an errno value. The descriptor must stay open until then; in the
-  /// handler you may close it. (libdispatch's `dispatch_read` calls its
-  /// handler while its internal record of the descriptor still exists and
-  /// the descriptor is still non-blocking, so closing it there and opening
-  /// another descriptor with the same number can attach the new one to the
-  /// dying record. This function therefore reads through a stream channel
-  /// and calls `handler` from the channel's cleanup, after libdispatch has
-  /// let go of the descriptor and restored its flags.)
+  /// and an errno value (`EBADF` for a descriptor that is not open). The
+  /// descriptor must stay open until then; in the handler you may close it.
+  /// (libdispatch's `dispatch_read` calls its handler while its internal
+  /// record of the descriptor still exists and the descriptor is still
+  /// non-blocking, so closing it there and opening another descriptor with
+  /// the same number can attach the new one to the dying record. This
+  /// function therefore reads through a stream channel and calls `handler`
+  /// once the read has ended and the channel's cleanup has run, after
+  /// libdispatch has let go of the descriptor and restored its flags.)
   ///
   /// - Parameters:
   ///   - fileDescriptor: The descriptor to read.
@@ -469,30 +496,28 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     fileDescriptor: Int32, length: Int, queue: Queue,
     handler: @escaping @Sendable (_ data: DispatchBuffer, _ error: Int32) -> Void
   ) {
-    let outcome = Mutex((DispatchBuffer(), Int32(0)))
+    let join = OneShotJoin(queue: queue, handler: handler)
     let channel = IOChannel(
-      descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false
-    ) { _ in
-      let (data, error) = outcome.withLock { $0 }
-      handler(data, error)
-    }
+      descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false,
+      cleanup: { _ in join.released() })
     // The deliveries are gathered on a serial queue (on a concurrent `queue`
-    // they could run out of order); `handler` runs on `queue`, from the cleanup.
+    // they could run out of order); `handler` runs on `queue`.
+    let gathered = Mutex(DispatchBuffer())
     channel.read(length: length, queue: Queue(label: "GCD.IOChannel.read(fileDescriptor:)")) { done, data, error in
-      outcome.withLock {
-        if let data { $0.0.append(data) }
-        if done { $0.1 = error }
-      }
-      if done { channel.close() }
+      if let data { gathered.withLock { $0.append(data) } }
+      guard done else { return }
+      join.ended(gathered.withLock { $0 }, error)
+      channel.close()
     }
   }
 
   /// Writes `data` to a descriptor, once, without a channel of your own.
   ///
   /// The handler runs once: error 0 when everything was written, otherwise
-  /// an errno value (`EPIPE` when the reader is gone) and the unwritten
-  /// rest. As for ``read(fileDescriptor:length:queue:handler:)``, it runs
-  /// after libdispatch has let go of the descriptor, so it may close it.
+  /// an errno value (`EPIPE` when the reader is gone, `EBADF` for a
+  /// descriptor that is not open) and the unwritten rest. As for
+  /// ``read(fileDescriptor:length:queue:handler:)``, it runs after
+  /// libdispatch has let go of the descriptor, so it may close it.
   ///
   /// - Parameters:
   ///   - fileDescriptor: The descriptor to write.
@@ -505,18 +530,50 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     fileDescriptor: Int32, data: DispatchBuffer, queue: Queue,
     handler: @escaping @Sendable (_ remaining: DispatchBuffer, _ error: Int32) -> Void
   ) {
-    let outcome = Mutex((DispatchBuffer(), Int32(0)))
+    let join = OneShotJoin(queue: queue, handler: handler)
     let channel = IOChannel(
-      descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false
-    ) { _ in
-      let (remaining, error) = outcome.withLock { $0 }
-      handler(remaining, error)
-    }
+      descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false,
+      cleanup: { _ in join.released() })
     channel.write(data: data, queue: queue) { done, remaining, error in
       guard done else { return }
-      outcome.withLock { $0 = (remaining ?? DispatchBuffer(), error) }
+      join.ended(remaining ?? DispatchBuffer(), error)
       channel.close()
     }
+  }
+}
+
+/// A one-shot call's two events: its operation ended (with the bytes and
+/// the errno value for the handler) and its channel let go of the
+/// descriptor. The handler runs once, after both, whichever comes last: a
+/// channel over a usable descriptor lets go after the operation's last
+/// handler call, one over an unusable descriptor (`EBADF`) at once, before
+/// the operation has reported its error.
+private final class OneShotJoin: Sendable {
+  private let queue: Queue
+  private let handler: @Sendable (DispatchBuffer, Int32) -> Void
+  private let state = Mutex<(outcome: (DispatchBuffer, Int32)?, released: Bool)>((nil, false))
+
+  init(queue: Queue, handler: @escaping @Sendable (DispatchBuffer, Int32) -> Void) {
+    self.queue = queue
+    self.handler = handler
+  }
+
+  /// The operation ended; on `queue` or the read's gathering queue.
+  func ended(_ data: DispatchBuffer, _ error: Int32) {
+    let released = state.withLock { state in
+      state.outcome = (data, error)
+      return state.released
+    }
+    if released { queue.async { [handler] in handler(data, error) } }
+  }
+
+  /// The channel let go of the descriptor; on `queue` (the cleanup's queue).
+  func released() {
+    let outcome = state.withLock { state in
+      state.released = true
+      return state.outcome
+    }
+    if let (data, error) = outcome { handler(data, error) }
   }
 }
 

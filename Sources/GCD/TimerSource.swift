@@ -79,7 +79,7 @@ public final class TimerSource: Source, @unchecked Sendable {
   public func schedule(start: Deadline, interval: Duration? = nil, leeway: Duration = .zero) {
     var nanos = Libdispatch.timeForever
     if let interval {
-      let value = interval.clampedNanoseconds
+      let value = interval.saturatingNanoseconds
       if value <= 0 {
         fatalError(
           "GCD: TimerSource.schedule(interval: \(interval)): the interval must be at least 1 nanosecond;"
@@ -87,7 +87,7 @@ public final class TimerSource: Source, @unchecked Sendable {
       }
       nanos = UInt64(value)
     }
-    Libdispatch.source_set_timer(raw, start.rawValue, nanos, UInt64(max(0, leeway.clampedNanoseconds)))
+    Libdispatch.source_set_timer(raw, start.rawValue, nanos, leeway.saturatingNonNegativeNanoseconds)
   }
 
   /// The number of fires merged into the event being handled (`data`).

@@ -166,4 +166,45 @@ struct DeadlineTests {
   func clampedNanosecondsClamps(duration: Duration, nanoseconds: Int64) {
     #expect(duration.clampedNanoseconds == nanoseconds)
   }
+
+  // MARK: - Every entry point that takes a Duration saturates (issue 17)
+
+  @Test(
+    "every entry point that takes a Duration saturates: huge ones mean practically never, huge negative ones now",
+    arguments: [Duration.seconds(Int64.max / 4), .seconds(Int64.max), .seconds(Int64.min), .seconds(-Int64.max / 4)])
+  func hugeDurations(duration: Duration) {
+    let never = duration > .zero
+    #expect((Deadline.now + duration).isForever == never)
+    #expect((Deadline.now - duration).isForever == !never)
+    var moved = Deadline.now
+    moved += duration
+    #expect(moved.isForever == never)
+    #expect(Group().wait(timeout: duration))
+    let semaphore = try! Semaphore(value: 1)
+    #expect(semaphore.wait(timeout: duration))
+    // Taken: a negative timeout is "now" and gives up at once (a huge one would wait practically forever).
+    if !never { #expect(!semaphore.wait(timeout: duration)) }
+    let item = WorkItem {}
+    item.perform()
+    #expect(item.wait(timeout: duration))
+    let queue = Queue(label: "huge-durations")
+    let ran = Event()
+    let later = queue.after(duration) { ran.signal() }
+    let laterItem = WorkItem { ran.signal() }
+    queue.after(duration, laterItem)
+    if never {
+      #expect(!ran.wait(timeout: briefTimeout))
+      later.cancel()
+      laterItem.cancel()
+    } else {
+      #expect(ran.wait())
+    }
+    let timer = TimerSource(queue: queue)
+    let fired = Event()
+    timer.setEventHandler { fired.signal() }
+    timer.schedule(start: .now + duration, interval: never ? duration : nil, leeway: duration)
+    timer.resume()
+    #expect(fired.wait(timeout: never ? briefTimeout : generousTimeout) != never)
+    timer.cancel()
+  }
 }

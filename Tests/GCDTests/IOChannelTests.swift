@@ -864,6 +864,228 @@ struct IOChannelTests {
   }
 }
 
+// MARK: - Errors, drops and durations (issue 17)
+
+/// Reads up to `count` bytes from `fd` on the calling thread, stopping early at end of file; nil
+/// when no byte and no end of file came for the generous timeout. (On the calling thread: a read
+/// blocked on a thread of the global queues would take one of libdispatch's few workers, which
+/// the channel's own I/O needs to produce the bytes.)
+private func readToEnd(_ fd: Int32, count: Int) -> [UInt8]? {
+  var received: [UInt8] = []
+  received.reserveCapacity(count)
+  var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+  let timeout = Int32(generousTimeout.components.seconds * 1000)
+  while received.count < count {
+    var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+    let polled = poll(&ready, 1, timeout)
+    if polled < 0 && errno == EINTR { continue }
+    if polled <= 0 { return nil }
+    let got = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+    if got < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+    if got <= 0 { break }
+    received += chunk[0..<got]
+  }
+  return received
+}
+
+/// Reads `fd` to end of file and expects exactly `payload`, and `wrote` to have ended without an
+/// error.
+private func expectDelivered(
+  _ payload: [UInt8], from fd: Int32, by wrote: Operation, sourceLocation: SourceLocation = #_sourceLocation
+) {
+  let received = readToEnd(fd, count: payload.count + 1) ?? []
+  #expect(wrote.finished.wait(), sourceLocation: sourceLocation)
+  #expect(wrote.finalError == 0, sourceLocation: sourceLocation)
+  let (receivedCount, intact) = (received.count, received == payload)
+  #expect(receivedCount == payload.count, sourceLocation: sourceLocation)
+  #expect(intact, sourceLocation: sourceLocation)
+}
+
+extension IOChannelTests {
+  @Test(
+    "one-shot write(fileDescriptor: -1) reports EBADF with the whole unwritten buffer, and read(fileDescriptor: -1) EBADF, every time and once",
+    arguments: [false, true])
+  func oneShotBadDescriptor(concurrent: Bool) {
+    let handlerQueue = concurrent ? Queue.global() : queue
+    let rounds = runningUnderSanitizer ? 50 : 300
+    let writes = Mutex<[(remaining: Int, error: Int32)]>([])
+    let reads = Mutex<[(count: Int, error: Int32)]>([])
+    let finished = Latch(count: 2 * rounds)
+    for _ in 0..<rounds {
+      IOChannel.write(fileDescriptor: -1, data: DispatchBuffer([1, 2, 3, 4, 5]), queue: handlerQueue) {
+        remaining, error in
+        writes.withLock { $0.append((remaining.count, error)) }
+        finished.signal()
+      }
+      IOChannel.read(fileDescriptor: -1, length: 10, queue: handlerQueue) { data, error in
+        reads.withLock { $0.append((data.count, error)) }
+        finished.signal()
+      }
+    }
+    #expect(finished.wait())
+    #expect(!pollBriefly { writes.withLock { $0.count } > rounds || reads.withLock { $0.count } > rounds })
+    let wrote = writes.withLock { $0 }
+    let read = reads.withLock { $0 }
+    let (writeCount, readCount) = (wrote.count, read.count)
+    #expect(writeCount == rounds && readCount == rounds)
+    let writesWithoutEBADF = wrote.filter { $0.error != EBADF || $0.remaining != 5 }.count
+    let readsWithoutEBADF = read.filter { $0.error != EBADF || $0.count != 0 }.count
+    let seen =
+      "writes (unwritten, errno): \(Set(wrote.map { "\($0.remaining), \($0.error)" }).sorted()); reads: \(Set(read.map(\.error)).sorted())"
+    #expect(writesWithoutEBADF == 0, "\(seen)")
+    #expect(readsWithoutEBADF == 0, "\(seen)")
+  }
+
+  @Test(
+    "a channel on a pipe's write end dropped right after a 2 MiB write delivers all of it; the write's handler runs with done and no error before the one cleanup"
+  )
+  func droppedChannelKeepsWrites() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(readEnd) }
+    let payload = randomBuffer(2 << 20)
+    let object = kernelObject(writeEnd)
+    let wrote = Operation()
+    let order = Mutex<[String]>([])
+    let cleanup = Cleanup()
+    do {
+      let channel = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: queue) { fd in
+        order.withLock { $0.append("cleanup") }
+        cleanup.handler(fd)
+      }
+      channel.write(data: payload, queue: queue) { done, remaining, error in
+        if done { order.withLock { $0.append("write done") } }
+        wrote.handler(done, remaining, error)
+      }
+    }
+    expectDelivered(Array(payload), from: readEnd, by: wrote)
+    #expect(cleanup.ran.wait())
+    #expect(!pollBriefly { cleanup.calls.current > 1 })
+    #expect(order.withLock { $0 } == ["write done", "cleanup"])
+    #expect(!isOpen(writeEnd, as: object))
+  }
+
+  @Test(
+    "dropping a socket channel with a read waiting and a 4 MiB write in flight: the read ends with ECANCELED, the write reaches the peer whole, the cleanup runs once after both"
+  )
+  func droppedSocketChannelKeepsWrites() {
+    let (client, server) = tcpPair()
+    defer { close(server) }
+    let object = kernelObject(client)
+    let payload = randomBuffer(4 << 20)
+    let wrote = Operation()
+    let waiting = Operation()
+    let cleanup = Cleanup()
+    do {
+      let channel = IOChannel(fileDescriptor: client, type: .stream, queue: queue, cleanup: cleanup.handler)
+      channel.read(length: 10, queue: queue, handler: waiting.handler)
+      channel.write(data: payload, queue: queue, handler: wrote.handler)
+    }
+    #expect(waiting.finished.wait())
+    #expect(waiting.finalError == ECANCELED)
+    expectDelivered(Array(payload), from: server, by: wrote)
+    #expect(cleanup.ran.wait())
+    #expect(!pollBriefly { cleanup.calls.current > 1 })
+    #expect(!isHeld(object))
+  }
+
+  @Test(
+    "a FIFO opened for reading and writing, dropped: a read waiting for bytes ends with ECANCELED; a pending 200 kB write reaches the other end whole; the cleanup runs once"
+  )
+  func droppedReadWriteFIFO() {
+    let fifo = "/tmp/GCDTests-fifo-\(getpid())-drop"
+    unlink(fifo)
+    #expect(mkfifo(fifo, 0o600) == 0)
+    defer { unlink(fifo) }
+    for pending in ["read", "write"] {
+      let descriptor = open(fifo, O_RDWR | O_CLOEXEC)
+      // Another reader, for the write's bytes (the channel's own reads would take them otherwise).
+      let other = open(fifo, O_RDONLY | O_CLOEXEC)
+      #expect(descriptor >= 0 && other >= 0)
+      defer { close(other) }
+      let object = kernelObject(descriptor)
+      let payload = patternBytes(200_000)
+      let cleanup = Cleanup()
+      let operation = Operation()
+      do {
+        let channel = IOChannel(fileDescriptor: descriptor, type: .stream, queue: queue, cleanup: cleanup.handler)
+        if pending == "read" {
+          channel.read(length: 10, queue: queue, handler: operation.handler)
+        } else {
+          channel.write(data: payload, queue: queue, handler: operation.handler)
+        }
+      }
+      if pending == "read" {
+        #expect(operation.finished.wait())
+        #expect(operation.finalError == ECANCELED)
+      } else {
+        // End of file comes when the cleanup closes the channel's descriptor, the last writer.
+        expectDelivered(payload, from: other, by: operation)
+      }
+      #expect(cleanup.ran.wait(), "\(pending)")
+      #expect(!pollBriefly { cleanup.calls.current > 1 }, "\(pending)")
+      #expect(!isOpen(descriptor, as: object), "\(pending)")
+    }
+  }
+
+  @Test(
+    "a regular file opened for reading and writing, dropped right after a write: the bytes are in the file, the handler ran, the cleanup once"
+  )
+  func droppedReadWriteFile() throws {
+    let file = temporaryFile(containing: [])
+    defer { unlink(file) }
+    let payload = patternBytes(3 << 20)
+    let wrote = Operation()
+    let cleanup = Cleanup(closes: false)
+    do {
+      let channel = try IOChannel(
+        path: file, flags: O_RDWR, type: .randomAccess, queue: queue, cleanup: cleanup.handler)
+      channel.write(offset: 0, data: payload, queue: queue, handler: wrote.handler)
+    }
+    #expect(wrote.finished.wait())
+    #expect(wrote.finalError == 0)
+    #expect(cleanup.ran.wait())
+    #expect(!pollBriefly { cleanup.calls.current > 1 })
+    let contents = contentsOfFile(file)
+    let (fileSize, intact) = (contents.count, contents == payload)
+    #expect(fileSize == payload.count)
+    #expect(intact)
+    #expect(!isHeld(file))
+  }
+
+  @Test(
+    "setInterval with a huge duration saturates (\"practically never\") instead of trapping; the channel still works")
+  func hugeInterval() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      setHugeIntervals()
+    }
+    #expect(standardError(of: result).contains("exit-test child: ok"), "\(standardError(of: result))")
+  }
+}
+
+/// Exit-test child: `setInterval` with durations far past `Int64` nanoseconds, both ways, strict or
+/// not, then a read that still delivers its byte.
+private func setHugeIntervals() -> Never {
+  var ends: [Int32] = [-1, -1]
+  childCheck(pipe(&ends) == 0, "pipe")
+  let channel = IOChannel(fileDescriptor: ends[0], type: .stream, queue: .global()) { close($0) }
+  for interval in [Duration.seconds(Int64.max / 4), .seconds(Int64.max), .seconds(-Int64.max / 4), .seconds(Int64.min)]
+  {
+    channel.setInterval(interval)
+    channel.setInterval(interval, strict: true)
+  }
+  channel.setInterval(.seconds(Int64.max / 4))
+  let read = Event()
+  let bytes = Mutex<[UInt8]>([])
+  channel.read(length: 1, queue: .global()) { done, data, _ in
+    if let data { bytes.withLock { $0 += data } }
+    if done { read.signal() }
+  }
+  write(ends[1], [42])
+  childCheck(read.wait(), "the read never ended")
+  childCheck(bytes.withLock { $0 } == [42], "read \(bytes.withLock { $0 })")
+  endChild("ok")
+}
+
 /// Exit-test child: a channel write to a pipe with no reader gets EPIPE, and
 /// SIGPIPE went from its default disposition to a do-nothing handler.
 private func writeToBrokenPipe() -> Never {

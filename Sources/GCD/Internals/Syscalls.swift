@@ -71,6 +71,8 @@ struct FileStatus {
   var isStream: Bool
   /// A socket or a character device (a terminal): one descriptor both read and written.
   var isBidirectional: Bool
+  /// A regular file (libdispatch reads and writes it blocking, on its disk queues).
+  var isRegular: Bool
   var size: Int
   var links: UInt
 }
@@ -83,6 +85,7 @@ func system_fstat(_ descriptor: Int32) -> FileStatus? {
     isDirectory: status.st_mode & S_IFMT == S_IFDIR,
     isStream: status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK,
     isBidirectional: status.st_mode & S_IFMT == S_IFSOCK || status.st_mode & S_IFMT == S_IFCHR,
+    isRegular: status.st_mode & S_IFMT == S_IFREG,
     size: Int(status.st_size), links: UInt(status.st_nlink))
 }
 
@@ -100,6 +103,9 @@ let system_nonBlocking = O_NONBLOCK
 
 /// Whether `descriptor` was opened for writing only (`O_WRONLY`): nothing will be read from it.
 func system_isWriteOnly(_ descriptor: Int32) -> Bool { system_statusFlags(descriptor) & O_ACCMODE == O_WRONLY }
+
+/// Whether `descriptor` was opened for reading and writing (`O_RDWR`).
+func system_isReadWrite(_ descriptor: Int32) -> Bool { system_statusFlags(descriptor) & O_ACCMODE == O_RDWR }
 
 /// `readlink(2)`: the target of a symbolic link or a `/proc/self/fd` entry.
 func system_readlink(_ path: String) -> String? {
