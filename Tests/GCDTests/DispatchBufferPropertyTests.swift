@@ -7,29 +7,6 @@ import Testing
   import Musl
 #endif
 
-/// SplitMix64 (Steele, Lea and Flood): a tiny seeded generator, so a failing sequence is replayed
-/// exactly from its seed.
-private struct SplitMix64: RandomNumberGenerator {
-  var state: UInt64
-  init(seed: UInt64) { state = seed }
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
-}
-
-/// The seed of this run: `GCD_PROPERTY_SEED` when set (to replay a failure), otherwise the clock.
-private func propertySeed() -> UInt64 {
-  if let text = getenv("GCD_PROPERTY_SEED"), let seed = UInt64(String(cString: text)) { return seed }
-  var now = timespec()
-  clock_gettime(CLOCK_REALTIME, &now)
-  return UInt64(truncatingIfNeeded: now.tv_sec) &* 1_000_000_000 &+ UInt64(truncatingIfNeeded: now.tv_nsec)
-}
-
-/// A buffer and the bytes it must hold.
 private struct Modelled {
   var buffer: DispatchBuffer
   var model: [UInt8]
@@ -39,12 +16,12 @@ private struct Modelled {
 /// buffers share regions with one another (concatenations and subranges of each other), which is
 /// where a wrong offset or a region table built for the wrong buffer would show.
 private struct BufferMachine {
-  var random: SplitMix64
+  var random: SeededRandom
   var pool: [Modelled] = Array(repeating: Modelled(buffer: DispatchBuffer(), model: []), count: 8)
   /// A buffer that grows past this is cut down to a subrange, so each check stays cheap.
   let largest = 1 << 14
 
-  init(seed: UInt64) { random = SplitMix64(seed: seed) }
+  init(seed: UInt64) { random = SeededRandom(seed: seed) }
 
   mutating func index() -> Int { Int.random(in: 0..<pool.count, using: &random) }
 
@@ -204,7 +181,7 @@ struct DispatchBufferPropertyTests {
     "random sequences of make / append / concatenate / extract / copyBytes / iterate / compare agree with a [UInt8] model (GCD_PROPERTY_SEED replays a run)"
   )
   func modelAgreement() {
-    let seed = propertySeed()
+    let seed = SeededRandom.runSeed
     let steps = runningUnderSanitizer ? 10_000 : 30_000
     var machine = BufferMachine(seed: seed)
     var failure: String?
