@@ -5,11 +5,10 @@ import Synchronization
 /// libdispatch traps when a semaphore is released while its count is below
 /// the value it was created with. This wrapper creates the C semaphore at 0,
 /// so the count it is compared with is 0 and dropping a semaphore whose
-/// resources are still taken is safe. It signals the C semaphore up to at
-/// most 16 units of the starting value at creation and keeps the rest in a
-/// reserve that a wait which finds the C semaphore empty moves over, 64 units
-/// at a time, before it blocks: creation costs the same for any value, and
-/// each unit is signalled once, when it is first needed.
+/// resources are still taken is safe. The starting value waits in a reserve
+/// that a wait which finds the C semaphore empty moves over, 64 units at a
+/// time, before it blocks: creation costs the same for any value, and each
+/// unit is signalled once, when it is first needed.
 ///
 /// Tasks wait with `try await wait()`, which suspends the task instead of
 /// blocking its thread: it takes a unit at once when one is free, and
@@ -46,15 +45,9 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
         detail: "the starting value must be zero or more")
     }
     raw = Libdispatch.semaphore_create(0)
-    let signalled = min(value, Semaphore.signalledAtCreation)
-    reserve = Atomic(value - signalled)
-    for _ in 0..<signalled {
-      _ = Libdispatch.semaphore_signal(raw)
-    }
+    reserve = Atomic(value)
   }
 
-  /// Units signalled at creation; the rest wait in `reserve`.
-  static let signalledAtCreation = 16
   /// Units a wait moves from `reserve` to the C semaphore at a time.
   static let refillUnits = 64
 
