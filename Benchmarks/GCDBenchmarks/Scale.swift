@@ -203,7 +203,12 @@ final class RaisedLimits {
     getrlimit(RLIMIT_NOFILE_VALUE, &savedFiles)
     var wanted = rlimit(rlim_cur: rlim_t(files), rlim_max: max(rlim_t(files), savedFiles.rlim_max))
     if setrlimit(RLIMIT_NOFILE_VALUE, &wanted) != 0 {
-      note("GCDBenchmarks --scale: cannot raise the descriptor limit to \(files) (errno \(errno))")
+      // Without CAP_SYS_RESOURCE the hard limit stays: take all of it.
+      note(
+        "GCDBenchmarks --scale: cannot raise the descriptor limit to \(files) (errno \(errno)); "
+          + "using \(savedFiles.rlim_max)")
+      wanted = rlimit(rlim_cur: savedFiles.rlim_max, rlim_max: savedFiles.rlim_max)
+      setrlimit(RLIMIT_NOFILE_VALUE, &wanted)
     }
     if let current = RaisedLimits.read(RaisedLimits.watchesPath), let value = Int(current), value < watches {
       if RaisedLimits.write(RaisedLimits.watchesPath, String(watches)) {

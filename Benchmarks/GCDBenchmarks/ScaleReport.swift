@@ -26,6 +26,7 @@ struct ScaleReport {
 
   private func cell(_ result: ScaleResult, _ variant: Variant, _ index: Int) -> String {
     if let value = quick ? result.minimum(variant, index) : result.median(variant, index) { return format(value) }
+    if result.row.runners[variant] != nil { return "not run" }
     return result.row.unavailable[variant].map { $0.hasPrefix("n/a") ? "n/a" : $0 } ?? "-"
   }
 
@@ -67,7 +68,7 @@ struct ScaleReport {
       text += "\n\(result.row.name): \(result.row.title)\n"
       text += alignedTable(rows(result), leftAligned: 0) + "\n"
       for (variant, reason) in result.row.unavailable.sorted(by: { $0.key.rawValue < $1.key.rawValue })
-      where result.times[variant] == nil {
+      where result.row.runners[variant] == nil {
         text += "  \(variant.rawValue): \(reason)\n"
       }
       if let floor = result.row.floor { text += "  tasks floor: \(floor.title)\n" }
@@ -87,7 +88,7 @@ struct ScaleReport {
       text += "|" + table[0].map { _ in "---:" }.joined(separator: "|") + "|\n"
       for row in table.dropFirst() { text += "| " + row.joined(separator: " | ") + " |\n" }
       for (variant, reason) in result.row.unavailable.sorted(by: { $0.key.rawValue < $1.key.rawValue })
-      where result.times[variant] == nil {
+      where result.row.runners[variant] == nil {
         text += "\n\(variant.rawValue): \(reason)."
       }
       if let floor = result.row.floor { text += "\nTasks floor: \(floor.title)." }
@@ -218,7 +219,7 @@ func runScale(
 ) -> Never {
   let rows = scaleRows(library, sockets: ScaleSockets(pairs: 0)).filter { selected($0.name) }
   let largest = rows.filter { $0.name.contains("read") }.flatMap { quick ? $0.quickCounts : $0.counts }.max() ?? 0
-  let limits = RaisedLimits(files: 4 * largest + 4_096, watches: 2 * largest + 8_192)
+  let limits = RaisedLimits(files: 2 * largest + 4_096, watches: 2 * largest + 8_192)
   let sockets = ScaleSockets(pairs: largest)
   if let setFileDescriptors = library?.symbol(
     "bench_c_scale_set_fds", as: (@convention(c) (UnsafeMutablePointer<Int32>, Int64) -> Void).self)

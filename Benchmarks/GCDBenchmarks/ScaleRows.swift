@@ -11,27 +11,38 @@ import Synchronization
 // The curves of `--scale`, each in C (bench_c.c, "Scale"), GCD and
 // Dispatch where each can express it.
 
-/// Socket pairs for the read-source rows: `pairs` idle ones (a source reads
-/// the first end, the second stays silent), then the active pair, then one
-/// spare descriptor for the churn row. Shared with the C variant.
+/// Descriptors for the read-source rows: `pairs` idle ones (each a `dup` of
+/// one end of one socket pair whose other end stays silent: one descriptor
+/// per idle source, so 10,000 fit the 20,000 a process here may open; each
+/// is its own epoll registration and libdispatch muxnote), then an active
+/// socket pair, then one spare descriptor for the churn row. Shared with
+/// the C variant (slots 2i; 2i + 1 is unused).
 final class ScaleSockets: @unchecked Sendable {
   let pairs: Int
   let fds: UnsafeMutablePointer<Int32>
+  /// The idle socket pair itself.
+  private var silent: [Int32] = []
 
   init(pairs: Int) {
     self.pairs = pairs
     fds = .allocate(capacity: 2 * pairs + 4)
-    for index in 0...pairs {
-      var ends: [Int32] = [0, 0]
-      #if canImport(Glibc)
-        let stream = Int32(SOCK_STREAM.rawValue)
-      #else
-        let stream = SOCK_STREAM
-      #endif
-      check(socketpair(AF_UNIX, stream, 0, &ends) == 0, "socketpair \(index) (errno \(errno))")
-      fds[2 * index] = ends[0]
-      fds[2 * index + 1] = ends[1]
+    #if canImport(Glibc)
+      let stream = Int32(SOCK_STREAM.rawValue)
+    #else
+      let stream = SOCK_STREAM
+    #endif
+    var idle: [Int32] = [0, 0]
+    check(socketpair(AF_UNIX, stream, 0, &idle) == 0, "socketpair (errno \(errno))")
+    silent = idle
+    for index in 0..<pairs {
+      fds[2 * index] = dup(idle[0])
+      check(fds[2 * index] >= 0, "dup \(index) (errno \(errno))")
+      fds[2 * index + 1] = -1
     }
+    var ends: [Int32] = [0, 0]
+    check(socketpair(AF_UNIX, stream, 0, &ends) == 0, "socketpair (errno \(errno))")
+    fds[2 * pairs] = ends[0]
+    fds[2 * pairs + 1] = ends[1]
     var spare: [Int32] = [0, 0]
     check(pipe(&spare) == 0, "pipe")
     fds[2 * pairs + 2] = spare[0]
@@ -44,7 +55,8 @@ final class ScaleSockets: @unchecked Sendable {
   var spare: Int32 { fds[2 * pairs + 2] }
 
   deinit {
-    for index in 0..<(2 * pairs + 4) { close(fds[index]) }
+    for index in 0..<(2 * pairs + 4) where fds[index] >= 0 { close(fds[index]) }
+    for end in silent { close(end) }
     fds.deallocate()
   }
 }
