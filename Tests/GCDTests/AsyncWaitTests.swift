@@ -255,7 +255,7 @@ extension AsyncWaitTests {
     #expect(!takeUnit(semaphore))
   }
 
-  @Test("Semaphore(value: 2^40) is created at once and hands out its units", .timeLimit(.minutes(1)))
+  @Test("Semaphore(value: 2^40) is created at once and hands out its units", .timeLimit(.minutes(3)))
   func hugeStartingValue() throws {
     let semaphore = try GCD.Semaphore(value: 1 << 40)
     for _ in 0..<1_000 { #expect(takeUnit(semaphore)) }
@@ -275,7 +275,7 @@ extension AsyncWaitTests {
     #expect(takeUnit(semaphore))
   }
 
-  @Test("a blocking wait() on a semaphore with a reserve takes from it instead of blocking", .timeLimit(.minutes(1)))
+  @Test("a blocking wait() on a semaphore with a reserve takes from it instead of blocking", .timeLimit(.minutes(3)))
   func blockingWaitUsesReserve() throws {
     let semaphore = try GCD.Semaphore(value: 500)
     let done = Event()
