@@ -51,6 +51,23 @@ test: build $(BENCH_C_LIB)
 bench: $(BENCH_C_LIB)
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" $(SWIFT) run -c release $(SWIFTPM_FLAGS) GCDBenchmarks $(BENCH_ARGS)
 
+## bench-scale: the scale curves (docs/performance.md, "Scale") in release mode: C, GCD and
+## `import Dispatch` at N up to 100,000; writes the tables into docs/performance.md's Scale section
+## and one log-log SVG chart per curve into docs/performance-scale/ (root raises the descriptor and
+## inotify limits for the run and restores them)
+bench-scale: $(BENCH_C_LIB)
+	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" $(SWIFT) run -c release $(SWIFTPM_FLAGS) GCDBenchmarks --scale \
+	  --charts docs/performance-scale --scale-doc docs/performance.md $(BENCH_ARGS)
+
+## bench-scale-quick: each scale curve at two small N with the debug build `make build` made (the
+## targets compare each variant's growth with its own, so the build mode does not matter); fails
+## when a target breaks (a broken one is measured again, twice at most); CI runs it after make test
+bench-scale-quick: $(BENCH_C_LIB)
+	@$(SWIFT) build --product GCDBenchmarks >/dev/null
+	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --scale --quick $(BENCH_ARGS)
+
+.PHONY: bench-scale bench-scale-quick
+
 $(BENCH_C_LIB): Benchmarks/c/bench_c.c
 	@mkdir -p $(dir $@)
 	"$(TOOLCHAIN_USR)/bin/clang" -O2 -fblocks -shared -fPIC -Wall -Wextra -Werror \

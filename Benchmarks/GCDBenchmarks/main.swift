@@ -25,6 +25,10 @@ let usage = """
     --no-memory          skip the memory measurements
     --c-lib PATH         the C library (default: $GCD_BENCH_C_LIB, else \(CLibrary.defaultPath))
     --list               list the operations and exit
+    --scale              the scale curves instead (docs/performance.md, "Scale"); --filter, --only,
+                         --variant and --quick apply (--quick: two small N each, exit 1 when a target breaks)
+    --charts DIR         with --scale: write one log-log SVG chart per curve into DIR
+    --scale-doc FILE     with --scale: replace FILE's <!-- scale:begin --> … <!-- scale:end --> section
 
   """
 
@@ -41,6 +45,9 @@ struct Options {
   var memory = true
   var libraryPath: String?
   var list = false
+  var scale = false
+  var chartFolder: String?
+  var scaleDocument: String?
   /// Internal: run one peak-RSS workload and print the peak RSS before and after.
   var rssChild: (RSSWorkload, Variant, Int)?
 }
@@ -78,6 +85,9 @@ func parseOptions(_ arguments: [String]) -> Options {
     case "--no-memory": options.memory = false
     case "--c-lib": options.libraryPath = value(argument)
     case "--list": options.list = true
+    case "--scale": options.scale = true
+    case "--charts": options.chartFolder = value(argument)
+    case "--scale-doc": options.scaleDocument = value(argument)
     case "--rss-child":
       guard let workload = RSSWorkload(rawValue: value(argument)),
         let variant = Variant(rawValue: value(argument)), let count = Int(value(argument))
@@ -120,13 +130,20 @@ if library == nil && options.variants.contains(.c) {
   note("GCDBenchmarks: no C library at \(libraryPath): the C column says \"\(CLibrary.missing)\"")
 }
 
+func selected(_ name: String) -> Bool {
+  (options.filter.map { name.contains($0) } ?? true) && (options.only.map { name == $0 } ?? true)
+}
+
+if options.scale {
+  runScale(
+    library: library, variants: options.variants, quick: options.quick, selected: selected,
+    chartFolder: options.chartFolder, document: options.scaleDocument)
+}
+
 let benchmarks =
   queueBenchmarks(library) + synchronizationBenchmarks(library) + applyBenchmarks(library, quick: options.quick)
   + sourceBenchmarks(library, fixtures: fixtures) + workItemBenchmarks(library) + ioBenchmarks(library)
   + concurrencyBenchmarks(heapInUse: library?.heapInUse)
-func selected(_ name: String) -> Bool {
-  (options.filter.map { name.contains($0) } ?? true) && (options.only.map { name == $0 } ?? true)
-}
 
 if options.list {
   for benchmark in benchmarks { print("\(benchmark.name)  \(benchmark.title)") }

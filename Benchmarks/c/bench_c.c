@@ -752,3 +752,208 @@ EXPORT double bench_c_data_copy(int64_t n, double *extra) {
   dispatch_release(all);
   return per_op(start, end, n);
 }
+
+// MARK: - Scale (GCDBenchmarks --scale, Benchmarks/GCDBenchmarks/Scale.swift)
+//
+// Each function runs one point of a curve: `n` objects live at once.
+// `extra[0]` in: 0 = timed (returns ns per operation), 1 = memory (returns
+// heap bytes per live object, measured after the heap has settled).
+// `extra[1]` in: a count of operations where the row says so.
+
+/// Waits until the heap in use has not changed for three polls 2 ms apart
+/// (libdispatch finishes registrations and teardowns on its own threads).
+static void scale_settle(void) {
+  int64_t last = bench_c_heap_in_use();
+  int stable = 0;
+  for (int polls = 0; stable < 3 && polls < 1000; polls++) {
+    usleep(2000);
+    int64_t now = bench_c_heap_in_use();
+    stable = now == last ? stable + 1 : 0;
+    last = now;
+  }
+}
+
+struct scale_count {
+  long value;
+  long wanted;
+  dispatch_semaphore_t done;
+};
+
+static void scale_count_event(void *context) {
+  struct scale_count *count = context;
+  if (++count->value == count->wanted) dispatch_semaphore_signal(count->done);
+}
+
+/// `n` one-shot timers on one serial queue, deadlines staggered 1 ns
+/// apart: create + arm + fire + cancel + release. ns per timer. Memory:
+/// `n` armed timers with deadlines an hour away.
+EXPORT double bench_c_scale_timers(int64_t n, double *extra) {
+  int memory = extra[0] != 0;
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.timers", NULL);
+  dispatch_source_t *timers = malloc(sizeof(dispatch_source_t) * (size_t)n);
+  struct scale_count count = {0, n, dispatch_semaphore_create(0)};
+  if (memory) scale_settle();
+  int64_t heap = bench_c_heap_in_use();
+  int64_t start = now_ns();
+  dispatch_time_t base = dispatch_time(DISPATCH_TIME_NOW, memory ? 3600LL * 1000000000 : 0);
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_source_t timer = dispatch_source_create(DISPATCH_SOURCE_TYPE_TIMER, 0, 0, queue);
+    dispatch_set_context(timer, &count);
+    dispatch_source_set_event_handler_f(timer, scale_count_event);
+    dispatch_source_set_timer(timer, base + (dispatch_time_t)i, DISPATCH_TIME_FOREVER, 0);
+    dispatch_activate(timer);
+    timers[i] = timer;
+  }
+  double result;
+  if (memory) {
+    scale_settle();
+    result = (double)(bench_c_heap_in_use() - heap) / (double)n;
+  } else {
+    dispatch_semaphore_wait(count.done, DISPATCH_TIME_FOREVER);
+  }
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_source_cancel(timers[i]);
+    dispatch_release(timers[i]);
+  }
+  dispatch_sync(queue, ^{
+  });
+  int64_t end = now_ns();
+  if (!memory) {
+    check(count.value == n, "scale timers fired");
+    result = per_op(start, end, n);
+  }
+  free(timers);
+  dispatch_release(count.done);
+  dispatch_release(queue);
+  return result;
+}
+
+/// The descriptors the socket rows use, set by GCDBenchmarks: pairs
+/// (idle[2i] read by a source, idle[2i+1] its silent peer), then the active
+/// pair and one spare descriptor for the churn row.
+static int *scale_fds;
+static int64_t scale_fd_pairs;
+EXPORT void bench_c_scale_set_fds(int *fds, int64_t pairs) {
+  scale_fds = fds;
+  scale_fd_pairs = pairs;
+}
+
+static dispatch_source_t *scale_idle_sources(int64_t n, dispatch_queue_t queue) {
+  check(n <= scale_fd_pairs, "scale: enough socket pairs");
+  dispatch_source_t *sources = malloc(sizeof(dispatch_source_t) * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    sources[i] = dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)scale_fds[2 * i], 0, queue);
+    dispatch_source_set_event_handler(sources[i], ^{
+    });
+    dispatch_activate(sources[i]);
+  }
+  return sources;
+}
+
+static void scale_drop_sources(dispatch_source_t *sources, int64_t n, dispatch_queue_t queue) {
+  for (int64_t i = 0; i < n; i++) {
+    dispatch_source_cancel(sources[i]);
+    dispatch_release(sources[i]);
+  }
+  dispatch_sync(queue, ^{
+  });
+  free(sources);
+}
+
+/// `n` idle read sources on sockets and one active one: `extra[1]` round
+/// trips of one byte (write, the handler reads it and signals). ns per
+/// event. Memory: bytes per idle source.
+EXPORT double bench_c_scale_idle_read(int64_t n, double *extra) {
+  int memory = extra[0] != 0;
+  int64_t events = (int64_t)extra[1];
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.idle", NULL);
+  if (memory) scale_settle();
+  int64_t heap = bench_c_heap_in_use();
+  dispatch_source_t *sources = scale_idle_sources(n, queue);
+  double result = 0;
+  if (memory) {
+    scale_settle();
+    result = (double)(bench_c_heap_in_use() - heap) / (double)n;
+  } else {
+    int active = scale_fds[2 * scale_fd_pairs], peer = scale_fds[2 * scale_fd_pairs + 1];
+    dispatch_semaphore_t got = dispatch_semaphore_create(0);
+    dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)active, 0, queue);
+    dispatch_source_set_event_handler(source, ^{
+      char byte;
+      if (read(active, &byte, 1) == 1) dispatch_semaphore_signal(got);
+    });
+    dispatch_activate(source);
+    char byte = 1;
+    int64_t start = now_ns();
+    for (int64_t i = 0; i < events; i++) {
+      check(write(peer, &byte, 1) == 1, "scale idle write");
+      dispatch_semaphore_wait(got, DISPATCH_TIME_FOREVER);
+    }
+    int64_t end = now_ns();
+    dispatch_source_cancel(source);
+    dispatch_release(source);
+    dispatch_release(got);
+    result = per_op(start, end, events);
+  }
+  scale_drop_sources(sources, n, queue);
+  dispatch_release(queue);
+  return result;
+}
+
+/// `n` idle read sources live; `extra[1]` create + resume + cancel + release
+/// cycles of one more read source (on the spare descriptor). ns per cycle.
+EXPORT double bench_c_scale_read_churn(int64_t n, double *extra) {
+  int64_t cycles = (int64_t)extra[1];
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.churn", NULL);
+  dispatch_source_t *sources = scale_idle_sources(n, queue);
+  int spare = scale_fds[2 * scale_fd_pairs + 2];
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < cycles; i++) {
+    dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)spare, 0, queue);
+    dispatch_source_set_event_handler(source, ^{
+    });
+    dispatch_activate(source);
+    dispatch_source_cancel(source);
+    dispatch_release(source);
+  }
+  dispatch_sync(queue, ^{
+  });
+  int64_t end = now_ns();
+  scale_drop_sources(sources, n, queue);
+  dispatch_release(queue);
+  return per_op(start, end, cycles);
+}
+
+static void scale_notified(void *context) { __atomic_fetch_add((long *)context, 1, __ATOMIC_RELAXED); }
+
+/// `n` dispatch_group_notify_f on one busy group (C cannot withdraw one;
+/// the leave fires them all): ns per notify, registration to delivery.
+/// Memory: bytes per pending notify.
+EXPORT double bench_c_scale_group_waiters(int64_t n, double *extra) {
+  int memory = extra[0] != 0;
+  dispatch_group_t group = dispatch_group_create();
+  dispatch_queue_t queue = dispatch_get_global_queue(0, 0);
+  long fired = 0;
+  dispatch_group_enter(group);
+  if (memory) scale_settle();
+  int64_t heap = bench_c_heap_in_use();
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) dispatch_group_notify_f(group, queue, &fired, scale_notified);
+  double result = 0;
+  if (memory) result = (double)(bench_c_heap_in_use() - heap) / (double)n;
+  dispatch_group_leave(group);
+  while (__atomic_load_n(&fired, __ATOMIC_RELAXED) < n) usleep(50);
+  int64_t end = now_ns();
+  if (!memory) result = per_op(start, end, n);
+  dispatch_release(group);
+  return result;
+}
+
+/// `extra[1]` dispatch_semaphore_create(n) + release. ns per semaphore.
+EXPORT double bench_c_scale_semaphore_value(int64_t n, double *extra) {
+  int64_t count = (int64_t)extra[1];
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < count; i++) dispatch_release(dispatch_semaphore_create((intptr_t)n));
+  int64_t end = now_ns();
+  return per_op(start, end, count);
+}

@@ -21,6 +21,10 @@ public final class Group: DispatchObject, @unchecked Sendable {
     @usableFromInline let balance = Atomic<Int>(0)
   #endif
 
+  /// The tasks in `try await wait()` and their one notify, made by the
+  /// first such wait that finds the group busy.
+  let asyncWaiters = AtomicLazyReference<GroupWaiters>()
+
   /// The C group, borrowed.
   public var unsafeObject: OpaquePointer { raw }
 
@@ -127,21 +131,19 @@ public final class Group: DispatchObject, @unchecked Sendable {
   /// no thread waits (a `dispatch_group_notify_f` resumes the task).
   ///
   /// - Throws: `CancellationError` when the task is cancelled first; it
-  ///   returns at once then. (The notification it registered stays with
-  ///   the group until the group empties: libdispatch cannot withdraw it;
-  ///   it holds only a small record.)
+  ///   returns at once then, and leaves nothing behind: the tasks waiting on
+  ///   one group share one notification, which stays with the group until it
+  ///   empties, however many of them were cancelled.
   ///
   /// The corresponding C function is `dispatch_group_notify_f`.
   public func wait() async throws(CancellationError) {
     if Libdispatch.group_wait(raw, 0) == 0 { return }
-    let waiter = OneShotWaiter()
+    let waiters = asyncWaiters.load() ?? asyncWaiters.storeIfNil(GroupWaiters(group: raw))
+    let waiter = AsyncWaiter()
     let done = await withTaskCancellationHandler {
-      Libdispatch.group_notify_f(raw, Queue.global().raw, Unmanaged.passRetained(waiter).toOpaque()) {
-        Unmanaged<OneShotWaiter>.fromOpaque($0.unsafelyUnwrapped).takeRetainedValue().finish(true)
-      }
-      return await waiter.wait()
+      await waiters.wait(waiter)
     } onCancel: {
-      waiter.finish(false)
+      waiters.cancel(waiter)
     }
     if !done { throw CancellationError() }
   }
@@ -168,4 +170,10 @@ public final class Group: DispatchObject, @unchecked Sendable {
   ) {
     Libdispatch.groupNotifyInFrame(raw, queue.raw, queue.flags, context, function)
   }
+}
+
+extension Group {
+  /// The tasks in `try await wait()` and the notifies of theirs pending on
+  /// the C group (at most one): a test's bound.
+  var asyncWaitRecords: (waiting: Int, notifies: Int) { asyncWaiters.load()?.records ?? (0, 0) }
 }

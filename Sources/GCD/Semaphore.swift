@@ -3,11 +3,12 @@ import Synchronization
 /// A counting semaphore that limits how many tasks use a resource at once, safe to drop with its units taken.
 ///
 /// libdispatch traps when a semaphore is released while its count is below
-/// the value it was created with. This wrapper creates the C semaphore at 0
-/// and signals it up to the starting value, so the count it is compared with
-/// is 0 and dropping a semaphore whose resources are still taken is safe.
-/// (That costs one `dispatch_semaphore_signal` per unit of the starting
-/// value, once, at creation.)
+/// the value it was created with. This wrapper creates the C semaphore at 0,
+/// so the count it is compared with is 0 and dropping a semaphore whose
+/// resources are still taken is safe. The starting value waits in a reserve
+/// that a wait which finds the C semaphore empty moves over, 64 units at a
+/// time, before it blocks: creation costs the same for any value, and each
+/// unit is signalled once, when it is first needed.
 ///
 /// Tasks wait with `try await wait()`, which suspends the task instead of
 /// blocking its thread: it takes a unit at once when one is free, and
@@ -20,9 +21,13 @@ import Synchronization
 /// The corresponding C type is `dispatch_semaphore_t`.
 public final class Semaphore: DispatchObject, @unchecked Sendable {
   @usableFromInline let raw: OpaquePointer
-  /// How many tasks are in `waiters.list`: `signal()` takes the lock only when some are.
+  /// How many tasks wait in `waiters`: `signal()` takes the lock only when some are.
   @usableFromInline let asyncWaiterCount = Atomic<Int>(0)
   let waiters = Mutex(SemaphoreWaiters())
+  /// Units of the starting value not yet signalled to the C semaphore. It
+  /// only ever decreases, so once a waiter has seen it at 0 it stays 0 and
+  /// no thread or task blocks while units are held back here.
+  let reserve: Atomic<Int>
 
   /// The C semaphore, borrowed.
   public var unsafeObject: OpaquePointer { raw }
@@ -40,9 +45,38 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
         detail: "the starting value must be zero or more")
     }
     raw = Libdispatch.semaphore_create(0)
-    for _ in 0..<value {
-      _ = Libdispatch.semaphore_signal(raw)
+    reserve = Atomic(value)
+  }
+
+  /// Units a wait moves from `reserve` to the C semaphore at a time.
+  static let refillUnits = 64
+
+  /// Moves up to `refillUnits` units from `reserve` to the C semaphore.
+  /// - Returns: false when the reserve is empty (for good).
+  @usableFromInline
+  func refill() -> Bool {
+    var available = reserve.load(ordering: .relaxed)
+    while available > 0 {
+      let taken = min(available, Semaphore.refillUnits)
+      let (exchanged, original) = reserve.compareExchange(
+        expected: available, desired: available - taken, ordering: .relaxed)
+      if exchanged {
+        for _ in 0..<taken { _ = Libdispatch.semaphore_signal(raw) }
+        return true
+      }
+      available = original
     }
+    return false
+  }
+
+  /// A wait whose try found the C semaphore empty: moves the reserve over
+  /// while there is one and tries again, then waits until `timeout`.
+  @usableFromInline
+  func waitAfterFailedTry(_ timeout: () -> UInt64) -> Bool {
+    while refill() {
+      if Libdispatch.semaphore_wait(raw, 0) == 0 { return true }
+    }
+    return Libdispatch.semaphore_wait(raw, timeout()) == 0
   }
 
   deinit {
@@ -55,7 +89,11 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait() {
-    _ = Libdispatch.semaphore_wait(raw, Libdispatch.timeForever)
+    // A try first (the same uncontended cost as a wait forever): only a
+    // failed one looks at the reserve.
+    if Libdispatch.semaphore_wait(raw, 0) != 0 {
+      _ = waitAfterFailedTry { Libdispatch.timeForever }
+    }
   }
 
   /// Takes one unit, waiting at most `timeout`.
@@ -67,7 +105,8 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait(timeout: Duration) -> Bool {
-    Libdispatch.semaphore_wait(raw, deadline(after: timeout)) == 0
+    let until = deadline(after: timeout)
+    return Libdispatch.semaphore_wait(raw, 0) == 0 || waitAfterFailedTry { until }
   }
 
   /// Takes one unit, waiting until the deadline at most.
@@ -77,7 +116,7 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   @available(*, noasync, message: "blocks the thread; use `try await wait()` from async code")
   @inlinable
   public func wait(deadline: Deadline) -> Bool {
-    Libdispatch.semaphore_wait(raw, deadline.rawValue) == 0
+    Libdispatch.semaphore_wait(raw, 0) == 0 || waitAfterFailedTry { deadline.rawValue }
   }
 
   /// Returns one unit, waking a waiting thread or task if there is one.
@@ -104,10 +143,10 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   func handOverUnits() -> Bool {
     var woken: [UnsafeContinuation<Bool, Never>] = []
     waiters.withLock { waiters in
-      while !waiters.list.isEmpty && Libdispatch.semaphore_wait(raw, 0) == 0 {
-        let waiter = waiters.list.removeFirst()
+      while !waiters.isEmpty && Libdispatch.semaphore_wait(raw, 0) == 0 {
+        let waiter = waiters.removeFirst()
         asyncWaiterCount.subtract(1, ordering: .relaxed)
-        if case .waiting(let continuation) = waiter.phase { woken.append(continuation) }
+        if case .waiting(let continuation, _) = waiter.phase { woken.append(continuation) }
         waiter.phase = .done
       }
     }
@@ -116,7 +155,8 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   }
 
   /// Takes one unit, suspending the task until one is available: no thread
-  /// waits.
+  /// waits. Waiting, being served and being cancelled each cost the same
+  /// however many tasks wait.
   ///
   /// - Throws: `CancellationError` when the task is cancelled before it got
   ///   a unit; it returns promptly then and has taken none.
@@ -125,6 +165,9 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   /// `DISPATCH_TIME_NOW` (a try; a timed-out try gives its decrement back).
   public func wait() async throws(CancellationError) {
     if Libdispatch.semaphore_wait(raw, 0) == 0 { return }
+    while refill() {
+      if Libdispatch.semaphore_wait(raw, 0) == 0 { return }
+    }
     let waiter = SemaphoreWaiters.Waiter()
     let acquired = await withTaskCancellationHandler {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
@@ -137,8 +180,8 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
             waiter.phase = .done
             return true
           }
-          waiter.phase = .waiting(continuation)
-          waiters.list.append(waiter)
+          waiter.phase = .waiting(continuation, confirmed: true)
+          waiters.append(waiter)
           return nil
         }
         if let outcome { continuation.resume(returning: outcome) }
@@ -149,10 +192,10 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
         case .new:
           waiter.phase = .done
           return nil
-        case .waiting(let continuation):
-          waiters.list.removeAll { $0 === waiter }
-          asyncWaiterCount.subtract(1, ordering: .relaxed)
+        case .waiting(let continuation, _):
           waiter.phase = .done
+          waiters.removeCancelled()
+          asyncWaiterCount.subtract(1, ordering: .relaxed)
           return continuation
         case .done: return nil
         }
@@ -161,4 +204,10 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
     }
     if !acquired { throw CancellationError() }
   }
+}
+
+extension Semaphore {
+  /// The entries the async waiter list holds (waiting tasks and cancelled
+  /// ones not yet compacted away): at most twice the waiting tasks, plus 64.
+  var asyncWaiterRecords: Int { waiters.withLock { $0.records } }
 }

@@ -1,6 +1,7 @@
-import GCD
 import Synchronization
 import Testing
+
+@testable import GCD
 
 #if canImport(Glibc)
   import Glibc
@@ -138,5 +139,162 @@ struct AsyncWaitTests {
     #expect(passed.current == 2_000)
     #expect(meter.maximum <= 2)
     #expect(takeUnit(semaphore) && takeUnit(semaphore) && !takeUnit(semaphore))
+  }
+}
+
+/// The resident set of this process in bytes (/proc/self/statm).
+private func residentBytes() -> Int {
+  guard let file = fopen("/proc/self/statm", "r") else { return 0 }
+  defer { fclose(file) }
+  var line = [CChar](repeating: 0, count: 128)
+  guard fgets(&line, Int32(line.count), file) != nil else { return 0 }
+  let fields = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self).split(
+    separator: " ")
+  let resident = fields.count > 1 ? Int(fields[1]) ?? 0 : 0
+  return resident * sysconf(Int32(_SC_PAGESIZE))
+}
+
+/// `count` tasks in `try await group.wait()`, cancelled once all are waiting, awaited.
+private func cancelGroupWaits(_ group: Group, count: Int) async {
+  let tasks = (0..<count).map { _ in Task { try await group.wait() } }
+  _ = await eventually { group.asyncWaitRecords.waiting == count }
+  for task in tasks { task.cancel() }
+  for task in tasks { _ = await task.result }
+}
+
+// Issue 17, finding 9: what a cancelled wait leaves behind, and what a large starting value costs.
+extension AsyncWaitTests {
+  @Test("30,000 cancelled group.wait calls on a group that never empties leave no memory behind (child process)")
+  func cancelledGroupWaitsLeaveNoMemory() async {
+    await #expect(processExitsWith: .success) {
+      let group = Group()
+      group.enter()
+      // Warm-up: the threads, the task allocator, malloc's arenas, the waiter table.
+      for _ in 0..<10 { await cancelGroupWaits(group, count: 1_000) }
+      let before = residentBytes()
+      for _ in 0..<30 { await cancelGroupWaits(group, count: 1_000) }
+      let grown = residentBytes() - before
+      group.leave()
+      // One notify record per cancelled wait (a libdispatch continuation and a waiter object,
+      // about 110 bytes) would be about 3 MB here.
+      if grown > 1024 * 1024 {
+        print("resident set grew by \(grown) bytes over 30,000 cancelled waits")
+        exit(1)
+      }
+    }
+  }
+
+  @Test("10,000 cancelled group.wait calls leave no waiter and one notify; the notify runs once the group empties")
+  func cancelledGroupWaitsLeaveOneNotify() async {
+    let group = Group()
+    group.enter()
+    for _ in 0..<10 { await cancelGroupWaits(group, count: 1_000) }
+    #expect(group.asyncWaitRecords.waiting == 0)
+    #expect(group.asyncWaitRecords.notifies == 1)
+    group.leave()
+    #expect(await eventually { group.asyncWaitRecords.notifies == 0 })
+    #expect(groupIsEmpty(group))
+  }
+
+  @Test("a wait that starts while an earlier wait's notify is pending never returns before the work it saw")
+  func lateWaiterSeesItsWork() async throws {
+    for _ in 0..<200 {
+      let group = Group()
+      group.enter()  // A
+      let first = Task { try await group.wait() }
+      #expect(await eventually { group.asyncWaitRecords.waiting == 1 })
+      group.leave()  // A done: the pending notify fires
+      group.enter()  // B, entered before the second wait starts
+      let bLeft = Atomic<Bool>(false)
+      let second = Task { () async throws(CancellationError) -> Bool in
+        try await group.wait()
+        return bLeft.load(ordering: .acquiring)
+      }
+      try await first.value
+      #expect(
+        await !eventually(timeout: .milliseconds(2)) { group.asyncWaitRecords.waiting == 0 && groupIsEmpty(group) })
+      bLeft.store(true, ordering: .releasing)
+      group.leave()  // B done
+      #expect(try await second.value)
+    }
+  }
+
+  @Test("waiters that joined a pending notify all return once the group empties")
+  func manyWaitersShareOneNotify() async throws {
+    let group = Group()
+    group.enter()
+    let returned = Counter()
+    let tasks = (0..<100).map { _ in
+      Task {
+        try await group.wait()
+        returned.increment()
+      }
+    }
+    #expect(await eventually { group.asyncWaitRecords.waiting == 100 })
+    #expect(group.asyncWaitRecords.notifies == 1)
+    #expect(returned.current == 0)
+    group.leave()
+    for task in tasks { try await task.value }
+    #expect(returned.current == 100)
+  }
+
+  @Test("10,000 cancelled semaphore waiters leave a bounded list; the next signal goes to a live waiter")
+  func cancelledSemaphoreWaitsLeaveBoundedList() async throws {
+    let semaphore = try GCD.Semaphore(value: 0)
+    for _ in 0..<10 {
+      let tasks = (0..<1_000).map { _ in Task { try await semaphore.wait() } }
+      #expect(await eventually { semaphore.asyncWaiterRecords >= 1_000 })
+      for task in tasks { task.cancel() }
+      for task in tasks { _ = await task.result }
+      #expect(semaphore.asyncWaiterRecords <= 64)
+    }
+    let live = Task { try await semaphore.wait() }
+    #expect(await eventually { semaphore.asyncWaiterCount.load(ordering: .relaxed) == 1 })
+    #expect(semaphore.signal())
+    try await live.value
+    #expect(!takeUnit(semaphore))
+  }
+
+  @Test("Semaphore(value: 2^40) is created at once and hands out its units", .timeLimit(.minutes(3)))
+  func hugeStartingValue() throws {
+    let semaphore = try GCD.Semaphore(value: 1 << 40)
+    for _ in 0..<1_000 { #expect(takeUnit(semaphore)) }
+    #expect(semaphore.reserve.load(ordering: .relaxed) >= (1 << 40) - 1_000 - GCD.Semaphore.refillUnits)
+  }
+
+  @Test(
+    "Semaphore(value:) gives exactly its starting value across the reserve's refills",
+    arguments: [1, 63, 64, 65, 129, 1_000])
+  func exactUnitsAcrossRefills(value: Int) async throws {
+    let semaphore = try GCD.Semaphore(value: value)
+    for index in 0..<value {
+      if index % 2 == 0 { #expect(takeUnit(semaphore)) } else { try await semaphore.wait() }
+    }
+    #expect(!takeUnit(semaphore))
+    #expect(!semaphore.signal())
+    #expect(takeUnit(semaphore))
+  }
+
+  @Test("a blocking wait() on a semaphore with a reserve takes from it instead of blocking", .timeLimit(.minutes(3)))
+  func blockingWaitUsesReserve() throws {
+    let semaphore = try GCD.Semaphore(value: 500)
+    let done = Event()
+    Queue(label: "s.reserve").async {
+      for _ in 0..<500 { semaphore.wait() }
+      done.signal()
+    }
+    #expect(done.wait())
+    #expect(!takeUnit(semaphore))
+  }
+
+  @Test("dropping a semaphore with units of its reserve taken, or its reserve untouched, is safe")
+  func dropWithReserve() async {
+    await #expect(processExitsWith: .success) {
+      for value in [17, 100, 1_000_000] {
+        let semaphore = try! GCD.Semaphore(value: value)
+        for _ in 0..<min(value, 300) { _ = takeUnit(semaphore) }
+      }
+      _ = try! GCD.Semaphore(value: 1 << 50)
+    }
   }
 }
