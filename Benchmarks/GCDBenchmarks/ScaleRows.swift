@@ -113,7 +113,10 @@ func scaleRows(_ library: CLibrary?, sockets: ScaleSockets) -> [ScaleRow] {
           memory: { count in
             heapPerObject(count, heap) { dispatchIdleSources($0, sockets, DispatchQueue(label: "m")) }
           })),
-      unavailable: reasons(c: missingC, dispatch: nil), quickMemoryLimit: 2.6),
+      // Each read source on a socket also holds its epoll nest (issue 18: the nest object, its
+      // cleanup and the cancel block that runs it), about 300 bytes more than before: 2.94x C measured
+      // on the merge; the regression guard sits just above it.
+      unavailable: reasons(c: missingC, dispatch: nil), quickMemoryLimit: 3.2),
     ScaleRow(
       name: "read_churn", title: "read source create + resume + cancel + release with N idle read sources live",
       operation: "ns per cycle", counts: [10, 100, 1_000, 10_000], quickCounts: [10, 1_000],
