@@ -263,4 +263,10 @@ extern void cgcd_io_barrier_f(void *channel, void *_Nullable context, cgcd_funct
 
 #pragma clang assume_nonnull end
 
+// MARK: - epoll (pressure triggers)
+
+// The toolchain's Glibc module leaves out <sys/epoll.h>; the pressure
+// sources hold each PSI trigger in an epoll descriptor of their own.
+#include <sys/epoll.h>
+
 #endif
