@@ -110,18 +110,17 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
         operation: operation, errno: Errno.invalidArgument,
         detail: "unknown level bits 0x\(String(events.subtracting(.all).rawValue, radix: 16))")
     }
-    let created = try Source.create(.dataReplace, queue: queue)
-    let watcher: MemoryPressureWatcher
+    let path = scope.path(of: .memory)
+    let triggers = try MemoryPressureWatcher.triggers(path: path, operation: operation)
+    let created: OpaquePointer
     do {
-      watcher = try MemoryPressureWatcher(
-        path: scope.path(of: .memory), events: events, target: created, operation: operation)
+      created = try Source.create(.dataReplace, queue: queue)
     } catch {
-      // Never started: cancel, start and release it (a never-started source must not be released).
-      Libdispatch.source_cancel(created)
-      Libdispatch.activate(created)
-      Libdispatch.release(created)
+      triggers.0.stop()
+      triggers.1.stop()
       throw error
     }
+    let watcher = MemoryPressureWatcher(triggers: triggers, path: path, events: events, target: created)
     watchedEvents = events
     self.scope = scope
     self.watcher = watcher

@@ -78,7 +78,8 @@ struct PressureSourceTests {
   func badInputsThrow() throws {
     let queue = Queue(label: "pressure")
     func refusal(
-      _ threshold: Duration, _ window: Duration, scope: PressureScope = .system, resource: PressureSource.Resource = .cpu
+      _ threshold: Duration, _ window: Duration, scope: PressureScope = .system,
+      resource: PressureSource.Resource = .cpu
     ) -> GCDError? {
       do {
         _ = try PressureSource(resource: resource, threshold: threshold, window: window, scope: scope, queue: queue)

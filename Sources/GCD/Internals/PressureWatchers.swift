@@ -102,30 +102,37 @@ final class MemoryPressureWatcher: KernelWatcher {
   let window: Duration
   private let phase = Mutex(WatcherPhase<Running>.idle)
 
-  /// Makes both triggers on `path` (closed again when the second fails)
-  /// and takes a reference to `target`.
-  init(path: String, events: MemoryPressureEvents, target: OpaquePointer, operation: String) throws(GCDError) {
+  /// Makes the warning and the critical trigger on `path` (the first is
+  /// closed again when the second fails).
+  static func triggers(path: String, operation: String) throws(GCDError) -> (PressureTrigger, PressureTrigger) {
     let window = MemoryPressureSource.window
     let (warningMicroseconds, windowMicroseconds) = try PressureFile.check(
       threshold: MemoryPressureSource.warningThreshold, window: window, operation: operation)
     let (criticalMicroseconds, _) = try PressureFile.check(
       threshold: MemoryPressureSource.criticalThreshold, window: window, operation: operation)
-    warning = try PressureTrigger(
+    let warning = try PressureTrigger(
       path: path, stall: "some", threshold: warningMicroseconds, window: windowMicroseconds,
       operation: operation + " (warning)")
     do {
-      critical = try PressureTrigger(
+      let critical = try PressureTrigger(
         path: path, stall: "full", threshold: criticalMicroseconds, window: windowMicroseconds,
         operation: operation + " (critical)")
+      return (warning, critical)
     } catch {
       warning.stop()
       throw error
     }
+  }
+
+  /// Takes over both triggers (from `triggers(path:operation:)`) and a reference to `target`.
+  init(triggers: (PressureTrigger, PressureTrigger), path: String, events: MemoryPressureEvents, target: OpaquePointer)
+  {
+    (warning, critical) = triggers
     self.path = path
     self.events = events
-    self.window = window
-    warningThreshold = UInt64(warningMicroseconds)
-    criticalThreshold = UInt64(criticalMicroseconds)
+    window = MemoryPressureSource.window
+    warningThreshold = UInt64(PressureFile.microseconds(MemoryPressureSource.warningThreshold))
+    criticalThreshold = UInt64(PressureFile.microseconds(MemoryPressureSource.criticalThreshold))
     self.target = MergeTarget(retaining: target)
   }
 

@@ -40,7 +40,8 @@ let canMakeCPUPressure = pressureAvailable && runningAsRoot && unifiedCgroupMoun
 
 /// Real memory pressure can be made here: PSI, root, a cgroup v1 memory
 /// controller for the limit, and a disk-backed directory for the file.
-let canMakeMemoryPressure = pressureAvailable && runningAsRoot && memoryCgroupV1Mount != nil
+let canMakeMemoryPressure =
+  pressureAvailable && runningAsRoot && memoryCgroupV1Mount != nil
   && diskBackedTemporaryDirectory != nil
 
 /// A directory whose files live on a disk, not in memory (a tmpfs file
@@ -114,7 +115,9 @@ final class TestCgroup: Sendable {
 
   /// The processes in the cgroup now.
   var processes: [pid_t] {
-    String(decoding: contentsOfFile(path + "/cgroup.procs"), as: UTF8.self).split(separator: "\n").compactMap { pid_t($0) }
+    String(decoding: contentsOfFile(path + "/cgroup.procs"), as: UTF8.self).split(separator: "\n").compactMap {
+      pid_t($0)
+    }
   }
 
   /// Kills every process in the cgroup and removes it; true when it is gone.
