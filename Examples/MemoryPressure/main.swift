@@ -102,6 +102,7 @@ guard mkdir(limited, 0o755) == 0, write("\(48 << 20)", to: limited + "/memory.li
 }
 if let counted, mkdir(counted, 0o755) != 0 { giveUp("cannot make \(counted)") }
 
+// docs: begin handler
 let levels = Queue(label: "memory pressure")
 let source: MemoryPressureSource
 do {
@@ -126,6 +127,7 @@ source.setEventHandler { [unowned source] in
   if level == .normal { relieved.signal() } else { pressed.signal() }
 }
 source.resume()
+// docs: end handler
 
 // The child: moved into both cgroups before it starts, then the page-cache churn.
 let moves = ([limited] + (counted.map { [$0] } ?? [])).map { "echo $$ > \($0)/cgroup.procs && " }.joined()

@@ -9,10 +9,12 @@ public enum PressureScope: Sendable, Hashable, CustomStringConvertible {
   case cgroup(String)
 
   /// The process's own scope: its cgroup v2 directory (the `0::` line of
-  /// `/proc/self/cgroup`, under the cgroup2 mount) when it is in one other
-  /// than the root and that directory has pressure files; otherwise the
-  /// system (the root cgroup's pressure is the system's). Read anew on each
-  /// use. A process in a cgroup v1 hierarchy only sees `.system`.
+  /// `/proc/self/cgroup`, under the cgroup2 mount) when that is a cgroup
+  /// other than the root and has pressure files; otherwise the system (the
+  /// root cgroup's pressure is the system's). In a container with a cgroup
+  /// namespace, the container's own cgroup (its `/`, which is not the
+  /// root). Read anew on each use. Without a cgroup v2 hierarchy (cgroup v1
+  /// only), `.system`: in a container that is the host's pressure.
   public static var current: PressureScope { PressureFile.currentScope() }
 
   /// The pressure file of `resource` in this scope.

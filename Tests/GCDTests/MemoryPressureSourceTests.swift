@@ -80,8 +80,12 @@ struct MemoryPressureSourceTests {
     // Worked out here independently: the 0:: line of /proc/self/cgroup.
     let membership = String(decoding: contentsOfFile("/proc/self/cgroup"), as: UTF8.self)
     let path = membership.split(separator: "\n").first { $0.hasPrefix("0::") }.map { String($0.dropFirst(3)) }
-    if let path, path != "/", let mount = unifiedCgroupMount, access(mount + path + "/memory.pressure", F_OK) == 0 {
-      #expect(source.scope == .cgroup(mount + path))
+    // The true root cgroup (no cgroup.events) is the system; a container's "/" is its own cgroup.
+    let directory = unifiedCgroupMount.map { $0 + (path == "/" ? "" : path ?? "") }
+    if path != nil, let directory, access(directory + "/cgroup.events", F_OK) == 0,
+      access(directory + "/memory.pressure", F_OK) == 0
+    {
+      #expect(source.scope == .cgroup(directory))
     } else {
       #expect(source.scope == .system)
     }

@@ -1,4 +1,4 @@
-import GCD
+@testable import GCD
 import Synchronization
 import Testing
 
@@ -209,6 +209,39 @@ struct PressureSourceTests {
       source.cancel()
     }
     #expect(pollUntil { count() == baseline }, "50 started and cancelled")
+  }
+
+  @Test("the process's cgroup v2 directory is found from /proc/self/cgroup and mountinfo")
+  func cgroupDirectoryParsing() {
+    let unified = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    let hybrid =
+      "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+      + "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:9 - cgroup2 cgroup2 rw\n"
+    func directory(_ membership: String, _ mounts: String) -> String? {
+      PressureFile.cgroupDirectory(membership: membership, mountinfo: mounts)
+    }
+    #expect(directory("0::/app.slice/web.service\n", unified) == "/sys/fs/cgroup/app.slice/web.service")
+    #expect(directory("4:memory:/x\n0::/user.slice\n", hybrid) == "/sys/fs/cgroup/unified/user.slice")
+    #expect(directory("0::/\n", unified) == "/sys/fs/cgroup", "the root, or a namespace's root")
+    #expect(directory("0::/a b\n", "30 23 0:26 / /mnt/cg\\040v2 rw - cgroup2 cgroup2 rw\n") == "/mnt/cg v2/a b")
+    #expect(
+      directory("0::/outer/inner\n", "30 23 0:26 /outer /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
+        == "/sys/fs/cgroup/inner", "a bind mount of a subtree")
+    #expect(directory("0::/x\n", "35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n") == nil)
+    #expect(directory("4:memory:/x\n", unified) == nil, "cgroup v1 only")
+  }
+
+  @Test("totals are read from a pressure file's text; durations convert saturating")
+  func totalsAndMicroseconds() {
+    let text = "some avg10=0.00 avg60=0.00 avg300=0.00 total=165871\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"
+    #expect(PressureFile.totals(of: text)?.some == 165871)
+    #expect(PressureFile.totals(of: text)?.full == 42)
+    #expect(PressureFile.totals(of: "some avg10=0.00 total=7\n")?.full == 0, "cpu had no full line before 5.13")
+    #expect(PressureFile.totals(of: "") == nil)
+    #expect(PressureFile.microseconds(.milliseconds(150)) == 150_000)
+    #expect(PressureFile.microseconds(.nanoseconds(1_999)) == 1)
+    #expect(PressureFile.microseconds(.seconds(Int64.max)) == .max)
+    #expect(PressureFile.microseconds(.seconds(Int64.min)) == .min)
   }
 
   @Test("the scope names the pressure file")

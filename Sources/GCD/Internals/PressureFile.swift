@@ -58,25 +58,29 @@ enum PressureFile {
 
   /// The process's own scope: its cgroup v2 directory (from the `0::` line
   /// of `/proc/self/cgroup`, under the cgroup2 mount of
-  /// `/proc/self/mountinfo`) when it is not the root and has pressure
-  /// files, else the system.
+  /// `/proc/self/mountinfo`) when that is a cgroup other than the root and
+  /// has pressure files, else the system.
+  ///
+  /// In a cgroup namespace (a container) the process's cgroup reads as `/`
+  /// and the mount shows it at its root: `cgroup.events`, which every
+  /// cgroup but the true root has, tells the container's cgroup from the
+  /// host's root (whose pressure is the system's).
   static func currentScope() -> PressureScope {
     guard case .success(let membership) = system_readSmallFile("/proc/self/cgroup"),
       case .success(let mounts) = system_readSmallFile("/proc/self/mountinfo"),
       let directory = cgroupDirectory(membership: membership, mountinfo: mounts),
-      system_exists(directory + "/memory.pressure")
+      system_exists(directory + "/cgroup.events"), system_exists(directory + "/memory.pressure")
     else { return .system }
     return .cgroup(directory)
   }
 
   /// The cgroup v2 directory that `membership` (the text of
   /// `/proc/<pid>/cgroup`) names, under the cgroup2 mount in `mountinfo`;
-  /// nil for the root cgroup (its pressure is the system's) or when there
-  /// is no unified hierarchy.
+  /// nil when there is no unified hierarchy.
   static func cgroupDirectory(membership: String, mountinfo: String) -> String? {
     guard
       let line = membership.split(separator: "\n").first(where: { $0.hasPrefix("0::") }),
-      case let path = String(line.dropFirst(3)), path.hasPrefix("/"), path != "/"
+      case let path = String(line.dropFirst(3)), path.hasPrefix("/")
     else { return nil }
     for mount in mountinfo.split(separator: "\n") {
       // "36 25 0:30 <root> <mount point> <options> [optional fields] - <type> <source> <options>"
@@ -87,12 +91,12 @@ enum PressureFile {
       let root = unescape(fields[3])
       let mountPoint = unescape(fields[4])
       // In a cgroup namespace the paths are the namespace's and the root is "/".
-      var relative = path
+      var relative = path == "/" ? "" : path
       if root != "/" {
         guard path == root || path.hasPrefix(root + "/") else { continue }
         relative = String(path.dropFirst(root.count))
       }
-      return mountPoint == "/" ? relative : mountPoint + relative
+      return mountPoint == "/" ? (relative.isEmpty ? "/" : relative) : mountPoint + relative
     }
     return nil
   }
