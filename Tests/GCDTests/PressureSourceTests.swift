@@ -1,6 +1,7 @@
-@testable import GCD
 import Synchronization
 import Testing
+
+@testable import GCD
 
 #if canImport(Glibc)
   import Glibc
