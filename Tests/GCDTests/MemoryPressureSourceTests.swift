@@ -42,6 +42,12 @@ struct MemoryPressureSourceTests {
       if level == .normal { relieved.signal() } else { pressed.signal() }
     }
     source.resume()
+    // A second source, cancelled by its first event: while the level is up, its timer runs.
+    let early = try MemoryPressureSource(scope: scope, queue: Queue(label: "early"))
+    let earlyCancelled = Event()
+    early.setEventHandler { [unowned early] in early.cancel() }
+    early.setCancelHandler { earlyCancelled.signal() }
+    early.resume()
     // Both on CPU 0 (when taskset is there): PSI's states are per CPU, and a CPU whose one running
     // task is stalled on memory counts as "full"; with the busy loop beside the child, no CPU is.
     let pin = "{ command -v taskset > /dev/null && taskset -pc 0 $$ > /dev/null; }; "
@@ -55,6 +61,12 @@ struct MemoryPressureSourceTests {
     defer { busy.map { _ = reapProcess($0) } }
     #expect(pressed.wait(timeout: .seconds(30)), "no .warning while the child thrashes: \(levels.values)")
     #expect(!relieved.wait(timeout: .zero), "no .normal while the child thrashes")
+    #expect(earlyCancelled.wait(), "the second source saw the rise and cancelled itself")
+    if counted != nil {
+      // The file is this test's own: the one source left holds its four descriptors, no more.
+      let watched = scope.path(of: .memory)
+      #expect(pollUntil { pressureDescriptorCount(of: watched) == 4 }, "\(pressureDescriptors(of: watched))")
+    }
     // Stop the pressure: kill the shell and everything it started.
     for pid in limited.processes { kill(pid, SIGKILL) }
     kill(child, SIGKILL)
