@@ -270,7 +270,7 @@ struct ExamplesTests {
 
   // Needs PSI, root and the cgroup v1 memory controller to make pressure; where it cannot, the next
   // test checks that it says why instead.
-  @Test(.enabled(if: canMakeMemoryPressure)) func memoryPressure() async throws {
+  @Test(.enabled(if: canMakeMemoryPressure, needsMemoryPressure)) func memoryPressure() async throws {
     let run = try await ExampleRun("MemoryPressure")
     run.expectOrder(
       "cache: 64 entries\n", "watching memory pressure in ",
@@ -284,7 +284,7 @@ struct ExamplesTests {
     run.expect("level [.normal]", times: 1)
   }
 
-  @Test(.enabled(if: !canMakeMemoryPressure)) func memoryPressureExplainsItself() async throws {
+  @Test(.enabled(if: !canMakeMemoryPressure, examplePressuresHere)) func memoryPressureExplainsItself() async throws {
     let run = try await ExampleRun("MemoryPressure")
     run.expectOrder("cache: 64 entries\n", "cannot make memory pressure here: ")
     run.expect("level [", times: 0)

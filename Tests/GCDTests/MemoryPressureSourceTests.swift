@@ -19,7 +19,7 @@ struct MemoryPressureSourceTests {
   // watches that cgroup alone, so other load on the machine does not count.
   @Test(
     "a child in a 48 MiB memory cgroup re-reading a 400 MiB file makes .warning, then .normal once it stops",
-    .enabled(if: canMakeMemoryPressure), .timeLimit(.minutes(1)))
+    .enabled(if: canMakeMemoryPressure, needsMemoryPressure), .timeLimit(.minutes(1)))
   func warningThenNormal() throws {
     let limited = try TestCgroup(under: memoryCgroupV1Mount!, settings: [("memory.limit_in_bytes", "\(48 << 20)")])
     defer { limited.remove() }
@@ -85,7 +85,7 @@ struct MemoryPressureSourceTests {
     #expect(seen.allSatisfy { [.normal, .warning, .critical].contains($0) }, "one level per event: \(seen)")
   }
 
-  @Test("the default scope is the process's cgroup v2 or the system", .enabled(if: pressureAvailable))
+  @Test("the default scope is the process's cgroup v2 or the system", .enabled(if: pressureAvailable, needsPSI))
   func defaultScope() throws {
     let source = try MemoryPressureSource(queue: Queue(label: "memory pressure"))
     #expect(source.watchedEvents == [.warning, .critical])
@@ -104,7 +104,7 @@ struct MemoryPressureSourceTests {
     #expect(PressureScope.current == source.scope)
   }
 
-  @Test("bad inputs throw", .enabled(if: pressureAvailable))
+  @Test("bad inputs throw", .enabled(if: pressureAvailable, needsPSI))
   func badInputsThrow() {
     let queue = Queue(label: "memory pressure")
     let empty = #expect(throws: GCDError.self) { try MemoryPressureSource(events: [], queue: queue) }
@@ -122,7 +122,7 @@ struct MemoryPressureSourceTests {
     #expect(missing?.detail?.contains("no pressure file at /nonexistent/gcd-cgroup/memory.pressure") == true)
   }
 
-  @Test("dropping in every state closes all four descriptors", .enabled(if: pressureAvailable))
+  @Test("dropping in every state closes all four descriptors", .enabled(if: pressureAvailable, needsPSI))
   func droppingInEveryStateIsSafe() throws {
     func count() -> Int { pressureDescriptorCount(of: "/proc/pressure/memory") }
     // Only this suite (serialized) opens the system's memory file: wait until the

@@ -18,7 +18,7 @@ struct PressureSourceTests {
   // Needs PSI (the kernel's pressure files), root (to make a cgroup and move
   // processes) and a cgroup v2 hierarchy; skipped otherwise, never passed.
   @Test(
-    "busy children in a cgroup cross a CPU stall threshold", .enabled(if: canMakeCPUPressure),
+    "busy children in a cgroup cross a CPU stall threshold", .enabled(if: canMakeCPUPressure, needsCPUPressure),
     .timeLimit(.minutes(1)))
   func cpuPressureFires() async throws {
     let cgroup = try TestCgroup(under: unifiedCgroupMount!)
@@ -43,7 +43,9 @@ struct PressureSourceTests {
     #expect(source.isCancelled, "leaving the loop cancels the source")
   }
 
-  @Test("a trigger that never fires delivers nothing", .enabled(if: canMakeCPUPressure), .timeLimit(.minutes(1)))
+  @Test(
+    "a trigger that never fires delivers nothing", .enabled(if: canMakeCPUPressure, needsCPUPressure),
+    .timeLimit(.minutes(1)))
   func quietCgroupDoesNotFire() throws {
     let cgroup = try TestCgroup(under: unifiedCgroupMount!)
     defer { cgroup.remove() }
@@ -58,7 +60,9 @@ struct PressureSourceTests {
     source.cancel()
   }
 
-  @Test("a removed cgroup ends the trigger without spinning", .enabled(if: canMakeCPUPressure), .timeLimit(.minutes(1)))
+  @Test(
+    "a removed cgroup ends the trigger without spinning", .enabled(if: canMakeCPUPressure, needsCPUPressure),
+    .timeLimit(.minutes(1)))
   func removedCgroupStopsFiring() throws {
     let cgroup = try TestCgroup(under: unifiedCgroupMount!)
     let source = try PressureSource(
@@ -75,7 +79,7 @@ struct PressureSourceTests {
     #expect(cancelled.wait())
   }
 
-  @Test("every input the package or the kernel refuses throws", .enabled(if: pressureAvailable))
+  @Test("every input the package or the kernel refuses throws", .enabled(if: pressureAvailable, needsPSI))
   func badInputsThrow() throws {
     let queue = Queue(label: "pressure")
     func refusal(
@@ -115,7 +119,7 @@ struct PressureSourceTests {
     #expect(missing?.detail?.contains("/nonexistent/gcd-cgroup/cpu.pressure") == true)
   }
 
-  @Test("a cgroup with PSI switched off throws ENOENT", .enabled(if: canMakeCPUPressure))
+  @Test("a cgroup with PSI switched off throws ENOENT", .enabled(if: canMakeCPUPressure, needsCPUPressure))
   func cgroupWithPressureOff() throws {
     let cgroup = try TestCgroup(under: unifiedCgroupMount!)
     defer { cgroup.remove() }
@@ -130,7 +134,7 @@ struct PressureSourceTests {
   }
 
   // Needs root (to make the cgroup and drop to another user) and cgroup v2.
-  @Test("a pressure file this user cannot write throws EACCES", .enabled(if: canMakeCPUPressure))
+  @Test("a pressure file this user cannot write throws EACCES", .enabled(if: canMakeCPUPressure, needsCPUPressure))
   func unwritableFileThrowsPermissionDenied() async throws {
     let cgroup = try TestCgroup(under: unifiedCgroupMount!, name: "eacces")
     defer { cgroup.remove() }
@@ -154,7 +158,7 @@ struct PressureSourceTests {
     #expect(standardError(of: result).contains("exit-test child: ok"), "\(standardError(of: result))")
   }
 
-  @Test("dropping in every state closes both descriptors", .enabled(if: pressureAvailable))
+  @Test("dropping in every state closes both descriptors", .enabled(if: pressureAvailable, needsPSI))
   func droppingInEveryStateIsSafe() throws {
     // The system's I/O file: no other test here uses it.
     let path = PressureScope.system.path(of: .io)

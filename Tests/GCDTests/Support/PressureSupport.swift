@@ -1,11 +1,19 @@
 import GCD
 import Synchronization
+import Testing
 
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)
   import Musl
 #endif
+
+/// Why the pressure tests skip, shown by `.enabled(if:_:)`.
+let needsPSI: Comment = "skipped: no PSI here (/proc/pressure is missing: no CONFIG_PSI, or psi=0 at boot)"
+let needsCPUPressure: Comment = "skipped: making CPU pressure in a cgroup needs PSI, root and a cgroup v2 hierarchy"
+let needsMemoryPressure: Comment =
+  "skipped: making memory pressure needs PSI, root, the cgroup v1 memory controller and a disk-backed /var/tmp or /tmp"
+let examplePressuresHere: Comment = "skipped: the example makes pressure here, and memoryPressure() checks its levels"
 
 /// Whether the kernel has PSI on (`/proc/pressure/*` exists only then).
 let pressureAvailable = access("/proc/pressure/memory", F_OK) == 0 && access("/proc/pressure/cpu", F_OK) == 0
