@@ -54,11 +54,11 @@ struct MemoryPressureSourceTests {
     let child = try spawnInCgroups(
       [limited] + (counted.map { [$0] } ?? []),
       pin + "dd if=/dev/zero of=\(file) bs=1M count=400 2>/dev/null; while :; do cat \(file) > /dev/null; done")
-    defer { _ = reapProcess(child) }
+    defer { killAndReap(child) }
     // A busy loop beside it in the counted cgroup never waits for memory, so not every task there
     // stalls at once: `full` stays low and the level is `.warning`, not `.critical`.
     let busy = try counted.map { try spawnInCgroups([$0], pin + "while :; do :; done") }
-    defer { busy.map { _ = reapProcess($0) } }
+    defer { if let busy { killAndReap(busy) } }
     #expect(pressed.wait(timeout: .seconds(30)), "no .warning while the child thrashes: \(levels.values)")
     #expect(!relieved.wait(timeout: .zero), "no .normal while the child thrashes")
     #expect(earlyCancelled.wait(), "the second source saw the rise and cancelled itself")

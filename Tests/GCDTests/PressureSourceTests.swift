@@ -33,7 +33,9 @@ struct PressureSourceTests {
     #expect(source.window == .seconds(2))
     #expect(source.scope == scope)
     // Three busy loops on (at most) two CPUs: each waits for a CPU a third of the time or more.
-    for _ in 0..<3 { _ = try spawnInCgroups([cgroup], "while :; do :; done") }
+    var busy: [pid_t] = []
+    defer { busy.forEach(killAndReap) }
+    for _ in 0..<3 { busy.append(try spawnInCgroups([cgroup], "while :; do :; done")) }
     var fires: UInt = 0
     for try await count in source.events {
       fires = count

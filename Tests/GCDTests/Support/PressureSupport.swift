@@ -153,3 +153,11 @@ func spawnInCgroups(_ cgroups: [TestCgroup], _ script: String) throws -> pid_t {
 func waitUntilInside(_ cgroup: TestCgroup, _ pid: pid_t) -> Bool {
   pollUntil { cgroup.processes.contains(pid) }
 }
+
+/// Kills the child `pid` and reaps it. Every child a test starts is reaped: a zombie left behind
+/// keeps Swift Testing's exit-test monitor (`waitid(P_ALL, WNOWAIT)`) finding it instead of the
+/// exit test's child, and a later exit test then never ends (seen under `--no-parallel`).
+func killAndReap(_ pid: pid_t) {
+  kill(pid, SIGKILL)
+  reapProcess(pid)
+}
