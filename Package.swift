@@ -22,6 +22,7 @@ let examples: [String] = [
   "ExampleGroupWait",
   "ExampleMainActorThread",
   "ExampleMainQueue",
+  "ExampleMemoryPressure",
   "ExampleMonitorParent",
   "ExampleMonitorRename",
   "ExampleProgress",

@@ -244,19 +244,12 @@ void cgcd_data_copy_out(void *data, void *target, size_t start, size_t end, size
   cgcd_data_apply_f(data, &copy, cgcd_copy_region);
 }
 
-// MARK: - Nested epoll for descriptor sources (issue 18)
+// MARK: - The queued bytes of a descriptor source's descriptor (issue 18)
 
 #include <linux/sockios.h>
-#include <sys/epoll.h>
 #include <sys/ioctl.h>
 
 int cgcd_queued_bytes(int descriptor, int output, int *bytes) {
   return ioctl(descriptor, output ? SIOCOUTQ : SIOCINQ, bytes);
 }
 
-int cgcd_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
-
-int cgcd_epoll_add(int instance, int descriptor, int writable) {
-  struct epoll_event event = {.events = writable ? EPOLLOUT : EPOLLIN, .data = {.fd = descriptor}};
-  return epoll_ctl(instance, EPOLL_CTL_ADD, descriptor, &event);
-}

@@ -323,13 +323,13 @@ extern void cgcd_io_barrier_f(void *channel, void *_Nullable context, cgcd_funct
 /// `ioctl` is variadic, which Swift cannot call.
 int cgcd_queued_bytes(int descriptor, int output, int *bytes);
 
-/// `epoll_create1(EPOLL_CLOEXEC)` (Swift's Glibc module does not include <sys/epoll.h>).
-int cgcd_epoll_create(void);
-
-/// `epoll_ctl(instance, EPOLL_CTL_ADD, descriptor, …)` for `EPOLLOUT` when `writable`, else
-/// `EPOLLIN`; level-triggered. Returns 0, or -1 and sets `errno`.
-int cgcd_epoll_add(int instance, int descriptor, int writable);
-
 #pragma clang assume_nonnull end
+
+// MARK: - epoll (pressure triggers)
+
+// The toolchain's Glibc module leaves out <sys/epoll.h>: the pressure
+// sources hold each PSI trigger in an epoll descriptor of their own, and the
+// descriptor sources their descriptor (Syscalls.swift calls epoll directly).
+#include <sys/epoll.h>
 
 #endif

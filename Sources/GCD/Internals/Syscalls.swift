@@ -178,6 +178,88 @@ func system_inotify_add_watch(_ instance: Int32, _ path: String, _ mask: UInt32)
 /// `inotify_rm_watch(2)`.
 func system_inotify_rm_watch(_ instance: Int32, _ watch: Int32) { _ = inotify_rm_watch(instance, watch) }
 
+// MARK: - Pressure stall information (PSI)
+
+/// `open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC)`: a pressure file opened to
+/// hold a trigger; -1 and errno on failure.
+func system_openPressureTrigger(_ path: String) -> Int32 { open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC) }
+
+/// `write(2)` of `text` and a trailing NUL in one call (a PSI trigger is
+/// parsed from one write); -1 and errno on failure.
+func system_writeWithNul(_ descriptor: Int32, _ text: String) -> Int {
+  var bytes = Array(text.utf8CString)
+  return bytes.withUnsafeMutableBytes { write(descriptor, $0.baseAddress, $0.count) }
+}
+
+/// The contents of a small file read to its end (`/proc/self/cgroup`,
+/// `/proc/self/mountinfo`, a pressure file), or the errno of the failure.
+func system_readSmallFile(_ path: String) -> Result<String, GCDError> {
+  let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+  guard descriptor >= 0 else { return .failure(GCDError(operation: "open(\"\(path)\")", errno: errno)) }
+  defer { close(descriptor) }
+  var bytes: [UInt8] = []
+  var chunk = [UInt8](repeating: 0, count: 4096)
+  while true {
+    let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+    if count < 0 && errno == EINTR { continue }
+    if count < 0 { return .failure(GCDError(operation: "read(\"\(path)\")", errno: errno)) }
+    if count == 0 { break }
+    bytes += chunk[0..<count]
+  }
+  return .success(String(decoding: bytes, as: UTF8.self))
+}
+
+/// `access(path, F_OK) == 0`.
+func system_exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+/// `epoll_create1(EPOLL_CLOEXEC)`: an epoll descriptor of the package's own.
+func system_epoll_create() -> Int32 { epoll_create1(Int32(EPOLL_CLOEXEC)) }
+
+/// `epoll_ctl(EPOLL_CTL_ADD)` of `descriptor` for `events`, level-triggered; -1 and errno on
+/// failure.
+func system_epoll_add(_ epoll: Int32, _ descriptor: Int32, events: UInt32) -> Int32 {
+  var event = epoll_event()
+  event.events = events
+  event.data.fd = descriptor
+  return epoll_ctl(epoll, Int32(EPOLL_CTL_ADD), descriptor, &event)
+}
+
+/// `system_epoll_add` for `EPOLLPRI` only (what a PSI trigger reports; it is
+/// always readable, so `EPOLLIN` would mean nothing).
+func system_epoll_addPriority(_ epoll: Int32, _ descriptor: Int32) -> Int32 {
+  system_epoll_add(epoll, descriptor, events: EPOLLPRI.rawValue)
+}
+
+/// `system_epoll_add` for `EPOLLIN`, or `EPOLLOUT` when `writable`: a descriptor source's nest
+/// (`EPERM`: epoll cannot watch this kind of file).
+func system_epoll_add(_ epoll: Int32, _ descriptor: Int32, writable: Bool) -> Int32 {
+  system_epoll_add(epoll, descriptor, events: writable ? EPOLLOUT.rawValue : EPOLLIN.rawValue)
+}
+
+/// `epoll_ctl(EPOLL_CTL_DEL)`, result unchecked.
+func system_epoll_remove(_ epoll: Int32, _ descriptor: Int32) {
+  var event = epoll_event()
+  _ = epoll_ctl(epoll, Int32(EPOLL_CTL_DEL), descriptor, &event)
+}
+
+/// `epoll_wait(epoll, …, 0)` until nothing is ready: the union of the events
+/// reported (0 when none was, or when the outer poll already consumed it).
+func system_epoll_drain(_ epoll: Int32) -> UInt32 {
+  var reported: UInt32 = 0
+  var events = [epoll_event](repeating: epoll_event(), count: 4)
+  while true {
+    let count = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, Int32($0.count), 0) }
+    if count < 0 && errno == EINTR { continue }
+    guard count > 0 else { return reported }
+    for index in 0..<Int(count) { reported |= events[index].events }
+    if count < events.count { return reported }
+  }
+}
+
+/// `EPOLLPRI`, `EPOLLERR`, `EPOLLHUP`.
+let system_epollPriority = EPOLLPRI.rawValue
+let system_epollError = EPOLLERR.rawValue | EPOLLHUP.rawValue
+
 // MARK: - Constants
 
 /// The errno values the package names, with Swift names (swift-system's).
@@ -266,17 +348,7 @@ func system_memequal(_ first: UnsafeRawPointer, _ second: UnsafeRawPointer, _ co
   memcmp(first, second, count) == 0
 }
 
-// MARK: - epoll (the nest between libdispatch and a descriptor source's descriptor)
-
-/// `epoll_create1(EPOLL_CLOEXEC)` (through CGCD); -1 and errno on failure.
-func system_epoll_create() -> Int32 { cgcd_epoll_create() }
-
-/// `epoll_ctl(instance, EPOLL_CTL_ADD, descriptor, …)` for `EPOLLIN` (or `EPOLLOUT` when
-/// `writable`), level-triggered (through CGCD); -1 and errno on failure (`EPERM`: epoll cannot
-/// watch this kind of file).
-func system_epoll_add(_ instance: Int32, _ descriptor: Int32, writable: Bool) -> Int32 {
-  cgcd_epoll_add(instance, descriptor, writable ? 1 : 0)
-}
+// MARK: - The nest between libdispatch and a descriptor source's descriptor
 
 /// The bytes `descriptor` has queued to read (`SIOCINQ`, as `FIONREAD`), or still to send
 /// (`SIOCOUTQ`) when `output`: what libdispatch reports as a read or write source's data; nil and
