@@ -164,13 +164,13 @@ private func cancelGroupWaits(_ group: Group, count: Int) async {
 
 // Issue 17, finding 9: what a cancelled wait leaves behind, and what a large starting value costs.
 extension AsyncWaitTests {
-  // Under ASan the quarantine keeps freed memory resident, so the resident set grows whatever the
-  // package does; `cancelledGroupWaitsLeaveOneNotify` checks the records themselves there.
-  @Test(
-    "30,000 cancelled group.wait calls on a group that never empties leave no memory behind (child process)",
-    .enabled(if: !runningUnderAddressSanitizer, "the resident set means nothing under ASan's quarantine"))
+  @Test("30,000 cancelled group.wait calls on a group that never empties leave no memory behind (child process)")
   func cancelledGroupWaitsLeaveNoMemory() async {
     await #expect(processExitsWith: .success) {
+      // Under ASan the quarantine keeps freed memory resident, so the resident set grows whatever
+      // the package does: nothing to measure there (`cancelledGroupWaitsLeaveOneNotify` checks the
+      // records themselves in every build).
+      if runningUnderAddressSanitizer { exit(0) }
       let group = Group()
       group.enter()
       // Warm-up: the threads, the task allocator, malloc's arenas, the waiter table.
