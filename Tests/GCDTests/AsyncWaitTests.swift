@@ -164,7 +164,7 @@ private func cancelGroupWaits(_ group: Group, count: Int) async {
 
 // Issue 17, finding 9: what a cancelled wait leaves behind, and what a large starting value costs.
 extension AsyncWaitTests {
-  @Test("30,000 cancelled group.wait calls on a group that never empties leave no memory behind (child process)")
+  @Test("100,000 cancelled group.wait calls on a group that never empties leave no memory behind (child process)")
   func cancelledGroupWaitsLeaveNoMemory() async {
     await #expect(processExitsWith: .success) {
       // Under ASan the quarantine keeps freed memory resident, so the resident set grows whatever
@@ -176,15 +176,13 @@ extension AsyncWaitTests {
       // Warm-up: the threads, the task allocator, malloc's arenas, the waiter table.
       for _ in 0..<10 { await cancelGroupWaits(group, count: 1_000) }
       let before = residentBytes()
-      for _ in 0..<30 { await cancelGroupWaits(group, count: 1_000) }
+      for _ in 0..<100 { await cancelGroupWaits(group, count: 1_000) }
       let grown = residentBytes() - before
       group.leave()
       // One notify record per cancelled wait (a libdispatch continuation and a waiter object,
-      // about 110 bytes) would be about 3 MB here.
-      if grown > 1024 * 1024 {
-        print("resident set grew by \(grown) bytes over 30,000 cancelled waits")
-        exit(1)
-      }
+      // about 110 bytes) would be about 11 MB here. Measured: 0.4 MB alone, up to 1.3 MB (over
+      // 30,000 waits) beside the parallel suite, whose load makes libdispatch start more threads.
+      requireInChild(grown <= 3 << 20, "resident set grew by \(grown) bytes over 100,000 cancelled waits")
     }
   }
 

@@ -177,19 +177,19 @@ struct QueueSpecificTests {
 
   @Test("a new key of another type, made where a dead key was, never reads the dead key's value")
   func deadKeyAddressReuse() async {
-    await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+    await #expect(processExitsWith: .success) {
       let queue = Queue(label: "specific.reuse")
       for round in 0..<(runningUnderSanitizer ? 5_000 : 20_000) {
         do { queue.setSpecific(Queue.SpecificKey<String>(), "value \(round)") }
         let other = queue.getSpecific(Queue.SpecificKey<[Int]>())
-        childCheck(other == nil, "round \(round): a fresh [Int] key read a value")
+        requireInChild(other == nil, "round \(round): a fresh [Int] key read a value")
       }
     }
   }
 
   @Test("replacing a value while other threads read it, and work on the queue reads it, is safe")
   func concurrentReplaceAndRead() async {
-    await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+    await #expect(processExitsWith: .success) {
       let queue = Queue(label: "specific.replace-read")
       let key = Queue.SpecificKey<ReplacedValue>()
       queue.setSpecific(key, ReplacedValue(0))
@@ -200,7 +200,7 @@ struct QueueSpecificTests {
         readers.async(on: Queue.global()) {
           while !stop.load(ordering: .relaxed) {
             let value = queue.getSpecific(key)
-            childCheck(value?.check == value.map { ~$0.id }, "a read value is torn or freed")
+            requireInChild(value?.check == value.map { ~$0.id }, "a read value is torn or freed")
           }
         }
       }
@@ -209,14 +209,14 @@ struct QueueSpecificTests {
           blocking {
             queue.sync {
               let value = Queue.currentSpecific(key)
-              childCheck(value?.check == value.map { ~$0.id }, "a current value is torn or freed")
+              requireInChild(value?.check == value.map { ~$0.id }, "a current value is torn or freed")
             }
           }
         }
       }
       for round in 1...rounds { queue.setSpecific(key, round.isMultiple(of: 97) ? nil : ReplacedValue(round)) }
       stop.store(true, ordering: .relaxed)
-      childCheck(blocking { readers.wait(timeout: .seconds(30)) }, "the readers did not finish")
+      requireInChild(blocking { readers.wait(timeout: .seconds(30)) }, "the readers did not finish")
     }
   }
 }

@@ -77,3 +77,28 @@ let runningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0),
 /// Runs `body` synchronously. Exit-test bodies are asynchronous contexts, where the blocking calls
 /// (`sync`, `apply`, marked `noasync`) warn; the tests that make them block, or trap, on purpose.
 func blocking<T>(_ body: () throws -> T) rethrows -> T { try body() }
+
+/// In an exit test's child that the parent does not observe: unless `condition` holds, records
+/// `message` as an issue — the testing library carries it to the parent through its back channel,
+/// where it fails the test with this message and location — and ends the child with status 1.
+/// On a thread outside the test's task (a queue's), where no test is current to record it, the
+/// message goes to standard error and the status 1 alone fails the test.
+///
+/// The long children report this way, with `#expect(processExitsWith: .success)` and no
+/// `observing:`. The testing library reads an observed child's standard error, and its back
+/// channel, with blocking reads on the parent's cooperative threads — on 2 cores, both of them —
+/// so a long observed child stops every other test of the parallel suite until it ends (the first
+/// CI run of the merged tree: 94 s without progress, and the pressure tests' time limits ran out).
+/// Unobserved, it holds one thread.
+func requireInChild(
+  _ condition: Bool, _ message: @autoclosure () -> String, sourceLocation: SourceLocation = #_sourceLocation
+) {
+  guard !condition else { return }
+  if Test.current != nil {
+    Issue.record(Comment(rawValue: "exit-test child: \(message())"), sourceLocation: sourceLocation)
+  } else {
+    let text = Array("exit-test child: \(message())\n".utf8)
+    _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+  }
+  exit(1)
+}

@@ -8,6 +8,13 @@ import Testing
   import Musl
 #endif
 
+/// The suites that make real pressure — busy loops, a child thrashing its
+/// memory cgroup — run one test at a time, so that one test's load does not
+/// count in another's stall figures (the CPU test's busy loops beside the
+/// memory test's child take the CPU time it would spend stalling on memory).
+@Suite(.serialized)
+enum PressureTests {}
+
 /// Why the pressure tests skip, shown by `.enabled(if:_:)`.
 let needsPSI: Comment = "skipped: no PSI here (/proc/pressure is missing: no CONFIG_PSI, or psi=0 at boot)"
 let needsCPUPressure: Comment = "skipped: making CPU pressure in a cgroup needs PSI, root and a cgroup v2 hierarchy"
@@ -98,6 +105,9 @@ func pressureDescriptors(of path: String) -> [Int32: String] {
 
 private let cgroupCounter = Atomic<Int>(0)
 
+/// The queue on which `TestCgroup`'s watchdogs run.
+private let cgroupWatchdog = Queue(label: "test-cgroup-watchdog")
+
 /// A cgroup made for a test, removed (its processes killed first) by `remove()`.
 final class TestCgroup: Sendable {
   let path: String
@@ -108,6 +118,16 @@ final class TestCgroup: Sendable {
     path = "\(mount)/gcd-test-\(getpid())-\(name ?? String(number))"
     guard mkdir(path, 0o755) == 0 else { throw GCDError(operation: "mkdir(\(path))", errno: errno) }
     for (name, value) in settings { try write(value, to: name) }
+    // What a test starts in the cgroup (busy loops, a thrashing reader) ends within 50 s, before the
+    // test's 60 s time limit, even when the test never reaches `remove()`: killed from a libdispatch
+    // queue, whose threads run while the testing library's cooperative threads are all blocked (it
+    // reads an exit test's pipes with blocking reads there). Without it, a test stalled behind a long
+    // exit test left its busy loops running, which slowed that child, which stalled the suite longer.
+    let path = path
+    _ = cgroupWatchdog.after(.seconds(50)) {
+      let text = String(decoding: contentsOfFile(path + "/cgroup.procs"), as: UTF8.self)
+      for pid in text.split(separator: "\n").compactMap({ pid_t($0) }) { kill(pid, SIGKILL) }
+    }
   }
 
   /// Writes `value` to the cgroup's file `name`.
