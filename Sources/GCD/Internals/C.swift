@@ -302,11 +302,6 @@ extension Libdispatch {
   ) {
     cgcd_data_copy_out(UnsafeMutableRawPointer(data), target, start, end, total)
   }
-  @inlinable static func data_copy_region(_ data: OpaquePointer, _ location: Int, _ offset: UnsafeMutablePointer<Int>)
-    -> OpaquePointer
-  {
-    dispatch_data_copy_region(data, location, offset)
-  }
 
   static func io_create_f(
     _ type: UInt, _ descriptor: Int32, _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?,

@@ -274,8 +274,6 @@ enum Errno {
   static let interrupted = EINTR
   /// `EBADF`
   static let badFileDescriptor = EBADF
-  /// `EAGAIN`
-  static let resourceTemporarilyUnavailable = EAGAIN
   /// `ENOMEM`
   static let noMemory = ENOMEM
   /// `EACCES`
@@ -290,24 +288,16 @@ enum Errno {
   static let tooManyOpenFiles = EMFILE
   /// `ENOSPC`
   static let noSpace = ENOSPC
-  /// `EPIPE`
-  static let brokenPipe = EPIPE
-  /// `ERANGE`
-  static let outOfRange = ERANGE
   /// `ENOSYS`
   static let noFunction = ENOSYS
   /// `ENOTSUP`
   static let notSupported = ENOTSUP
-  /// `ENOTDIR`
-  static let notDirectory = ENOTDIR
   /// `ECANCELED`
   static let canceled = ECANCELED
   /// `EBUSY`
   static let busy = EBUSY
   /// `ESPIPE`
   static let illegalSeek = ESPIPE
-  /// `ECONNRESET`
-  static let connectionReset = ECONNRESET
 
   /// The C names of the values above, for messages ("ESRCH").
   static let names: [Int32: String] = [
