@@ -28,72 +28,6 @@ public class Queue: GCDObject, @unchecked Sendable {
     case concurrent
   }
 
-  /// The priority bands of the global concurrent queues.
-  public enum Priority: Sendable, Hashable, CaseIterable {
-    /// `DISPATCH_QUEUE_PRIORITY_HIGH` (QoS user-initiated).
-    case high
-    /// `DISPATCH_QUEUE_PRIORITY_DEFAULT`.
-    case `default`
-    /// `DISPATCH_QUEUE_PRIORITY_LOW` (QoS utility).
-    case low
-    /// `DISPATCH_QUEUE_PRIORITY_BACKGROUND`.
-    case background
-
-    @usableFromInline
-    var identifier: Int {
-      switch self {
-      case .high: 2
-      case .default: 0
-      case .low: -2
-      case .background: Int(Int16.min)
-      }
-    }
-  }
-
-  /// A quality-of-service class for a created queue, with a relative
-  /// priority (0 down to -15) inside the class.
-  ///
-  /// The corresponding C function is `dispatch_queue_attr_make_with_qos_class`.
-  public struct QoS: Sendable, Hashable {
-    /// The `qos_class_t` value.
-    public private(set) var rawClass: UInt32
-    /// The relative priority inside the class, from -15 to 0 (read-only: set
-    /// it with `relative(_:)` or the initializer, which clamp it).
-    public private(set) var relativePriority: Int32
-
-    /// A class from its `qos_class_t` value.
-    ///
-    /// - Parameters:
-    ///   - rawClass: The `qos_class_t` value (`QOS_CLASS_*`).
-    ///   - relativePriority: The priority inside the class, clamped to -15...0
-    ///     (`QOS_MIN_RELATIVE_PRIORITY`...0): libdispatch ignores a queue
-    ///     attribute whose relative priority is outside that range, silently.
-    public init(rawClass: UInt32, relativePriority: Int32 = 0) {
-      self.rawClass = rawClass
-      self.relativePriority = min(0, max(-15, relativePriority))
-    }
-
-    /// Work the user is waiting on to interact (`QOS_CLASS_USER_INTERACTIVE`).
-    public static let userInteractive = QoS(rawClass: 0x21)
-    /// Work the user started and waits for (`QOS_CLASS_USER_INITIATED`).
-    public static let userInitiated = QoS(rawClass: 0x19)
-    /// The default class (`QOS_CLASS_DEFAULT`).
-    public static let `default` = QoS(rawClass: 0x15)
-    /// Long-running work the user knows of (`QOS_CLASS_UTILITY`).
-    public static let utility = QoS(rawClass: 0x11)
-    /// Work the user does not see (`QOS_CLASS_BACKGROUND`).
-    public static let background = QoS(rawClass: 0x09)
-    /// No class: inherit the target's (`QOS_CLASS_UNSPECIFIED`).
-    public static let unspecified = QoS(rawClass: 0)
-
-    /// The same class with another relative priority (clamped to -15...0).
-    ///
-    /// - Parameter priority: The priority inside the class.
-    public func relative(_ priority: Int32) -> QoS {
-      QoS(rawClass: rawClass, relativePriority: min(0, max(-15, priority)))
-    }
-  }
-
   /// `frameExclusive` for serial queues, plus `Queue.globalFlag` / `mainFlag`.
   @usableFromInline final let flags: UInt
   /// The life cycle (inactive, active, suspended(n)), balanced in
@@ -191,46 +125,6 @@ public class Queue: GCDObject, @unchecked Sendable {
     return main
   }()
 
-  private static let globals: [Queue] = Priority.allCases.map {
-    Queue(unownedGlobal: Libdispatch.get_global_queue($0.identifier), flags: globalFlag)
-  }
-
-  /// A global concurrent queue of the given priority.
-  ///
-  /// - Parameter priority: The priority band (`.default` unless given).
-  /// The corresponding C function is `dispatch_get_global_queue`.
-  public static func global(_ priority: Priority = .default) -> Queue {
-    switch priority {
-    case .high: globals[0]
-    case .default: globals[1]
-    case .low: globals[2]
-    case .background: globals[3]
-    }
-  }
-
-  /// The global concurrent queue of a quality-of-service class:
-  /// `.userInteractive`, `.userInitiated`, `.default`, `.utility` or
-  /// `.background` (`.unspecified` gives the default one). A global queue has
-  /// no relative priority: the class alone chooses it. libdispatch on Linux
-  /// has no user-interactive global queue: `.userInteractive` gives the
-  /// user-initiated one (as `dispatch_get_global_queue` does). A `rawClass` that is
-  /// no QoS class stops the process with a message (libdispatch would
-  /// return no queue).
-  ///
-  /// - Parameter qos: The class.
-  ///
-  /// The corresponding C function is `dispatch_get_global_queue` (with a `qos_class_t`).
-  public static func global(qos: QoS) -> Queue {
-    switch qos.rawClass {
-    case QoS.userInteractive.rawClass, QoS.userInitiated.rawClass: globals[0]
-    case QoS.utility.rawClass: globals[2]
-    case QoS.background.rawClass: globals[3]
-    case QoS.default.rawClass, QoS.unspecified.rawClass: globals[1]
-    default:
-      fatalError("GCD: Queue.global(qos:): 0x\(String(qos.rawClass, radix: 16)) is not a QoS class (QOS_CLASS_*)")
-    }
-  }
-
   /// The label given at creation ("" for none).
   ///
   /// The corresponding C function is `dispatch_queue_get_label`.
@@ -238,16 +132,6 @@ public class Queue: GCDObject, @unchecked Sendable {
 
   /// Whether the queue runs one work item at a time.
   public final var kind: Kind { flags & frameExclusive != 0 ? .serial : .concurrent }
-
-  /// The quality-of-service class libdispatch assigned to the queue: the one
-  /// it was created with, except that libdispatch on Linux records
-  /// `.userInteractive` as `.userInitiated`.
-  ///
-  /// The corresponding C function is `dispatch_queue_get_qos_class`.
-  public final var qos: QoS {
-    let (qosClass, relative) = Libdispatch.queue_get_qos_class(raw)
-    return QoS(rawClass: qosClass, relativePriority: relative)
-  }
 
   /// Whether this is `Queue.main` or one of the global queues.
   public final var isGlobal: Bool { flags & Queue.globalFlag != 0 }
@@ -566,115 +450,4 @@ extension Queue {
     checkReentrancy(barrier: false, operation: "apply")
     Libdispatch.applyInFrame(iterations, raw, flags, context, function)
   }
-}
-
-// MARK: - Suspension, activation, targets
-
-extension Queue {
-  /// Suspends the queue: work already running finishes, queued work waits
-  /// until a matching `resume()`. Calls nest; the queue runs again when
-  /// every `suspend()` has its `resume()`. Outstanding suspensions are
-  /// balanced when the queue is dropped.
-  ///
-  /// Global queues and the main queue cannot be suspended (libdispatch
-  /// ignores it); this stops with a message for them.
-  ///
-  /// The corresponding C function is `dispatch_suspend`.
-  public func suspend() {
-    if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be suspended") }
-    Libdispatch.suspend(raw)
-    state.update { $0.suspend() }.perform(on: raw)
-  }
-
-  /// Resumes a queue suspended with `suspend()`.
-  ///
-  /// A `resume()` without a matching `suspend()` stops the process with a
-  /// message naming the queue (libdispatch would trap with no message).
-  ///
-  /// The corresponding C function is `dispatch_resume`.
-  public func resume() {
-    if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; it cannot be resumed") }
-    if state.update({ $0.resume(starts: false) }).perform(on: raw) != nil {
-      fatalError("GCD: Queue '\(label)': resume() without a matching suspend()")
-    }
-  }
-
-  /// How many `suspend()` calls have no `resume()` yet.
-  public var suspensionCount: Int { Int(state.load(ordering: .relaxed).suspensions) }
-
-  /// Activates a queue created with `initiallyInactive: true`; its queued
-  /// work starts. Calling it again, or on an active queue, does nothing.
-  ///
-  /// The corresponding C function is `dispatch_activate`.
-  public func activate() {
-    state.update { $0.activate() }.perform(on: raw)
-  }
-
-  /// Whether the queue is active (not created inactive, or activated since).
-  public var isActive: Bool { state.load(ordering: .acquiring).isActive }
-
-  /// Funnels this queue's work through `target`: work items of both still
-  /// run one at a time if `target` is serial, and at `target`'s priority.
-  ///
-  /// Work already handed to the old target stays there. A queue created
-  /// with `initiallyInactive: true` can be re-targeted only before
-  /// `activate()` (libdispatch fixes its target then). A queue cannot
-  /// target itself or a queue that (through its targets) targets it, and
-  /// global queues cannot be re-targeted; each stops with a message.
-  ///
-  /// - Parameter target: The queue to run this queue's work through.
-  ///
-  /// The corresponding C function is `dispatch_set_target_queue`.
-  public func setTarget(_ target: Queue) {
-    if isGlobal { fatalError("GCD: Queue '\(label)' is a global queue; its target cannot be changed") }
-    if flags & Queue.createdInactiveFlag != 0 && isActive {
-      fatalError(
-        "GCD: Queue '\(label)' was created inactive and has been activated; libdispatch fixes its target at activation")
-    }
-    Queue.settingTargets.withLock { _ in
-      var next: OpaquePointer? = target.raw
-      while let queue = next {
-        if queue == raw {
-          fatalError("GCD: Queue '\(label)': setTarget('\(target.label)') would make a cycle of targets")
-        }
-        next = targetLink(of: queue).0
-      }
-      // The new link takes over the list's reference to the older ones.
-      let previous = Libdispatch.queue_get_specific(raw, Libdispatch.targetsKey).map {
-        Unmanaged<TargetLink>.fromOpaque($0).takeRetainedValue()
-      }
-      let link = Unmanaged.passRetained(TargetLink(target: target, previous: previous))
-      Libdispatch.queue_set_specific(raw, Libdispatch.targetsKey, link.toOpaque(), nil)
-      let tagged = UInt(bitPattern: UnsafeMutableRawPointer(target.raw)) | (target.flags & frameExclusive)
-      Libdispatch.queue_set_specific(raw, Libdispatch.targetKey, UnsafeMutableRawPointer(bitPattern: tagged), nil)
-      _ = state.update { $0.retarget() }
-      Libdispatch.set_target_queue(raw, target.raw)
-    }
-  }
-
-  /// Serializes `setTarget` (rare): the cycle check sees every target set
-  /// before it, and each new link holds the one it replaces.
-  static let settingTargets = Mutex(())
-}
-
-/// One entry of a queue's list of the targets set on it: the target's
-/// wrapper (so its C queue stays valid for chain walks) and the entry it
-/// replaced.
-final class TargetLink: @unchecked Sendable {
-  let target: Queue
-  let previous: TargetLink?
-
-  init(target: Queue, previous: TargetLink?) {
-    self.target = target
-    self.previous = previous
-  }
-}
-
-/// The target this package recorded on `queue`, and whether it is serial.
-func targetLink(of queue: OpaquePointer) -> (OpaquePointer?, Bool) {
-  guard let value = Libdispatch.queue_get_specific(queue, Libdispatch.targetKey) else {
-    return (nil, false)
-  }
-  let bits = UInt(bitPattern: value)
-  return (OpaquePointer(bitPattern: bits & ~1), bits & 1 != 0)
 }
