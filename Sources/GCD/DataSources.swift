@@ -6,7 +6,7 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_ADD`.
 public final class DataAddSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged sums; iterating starts
+  /// The source's events as an `AsyncSequence` of the merged sums; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
@@ -33,7 +33,7 @@ public final class DataAddSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_OR`.
 public final class DataOrSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged bits; iterating starts
+  /// The source's events as an `AsyncSequence` of the merged bits; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
@@ -60,7 +60,7 @@ public final class DataOrSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_REPLACE`.
 public final class DataReplaceSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the latest values; iterating starts
+  /// The source's events as an `AsyncSequence` of the latest values; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 

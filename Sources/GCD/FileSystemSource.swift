@@ -64,7 +64,7 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
 public final class FileSystemSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired, merged; iterating starts
+  /// The source's events as an `AsyncSequence` of the events that fired, merged; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<FileSystemEvents> {
     SourceEvents(source: self, element: { FileSystemEvents(rawValue: $0) })

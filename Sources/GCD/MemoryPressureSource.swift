@@ -70,7 +70,7 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
   public static let criticalThreshold: Duration = .milliseconds(200)
 
   /// The source's events as an `AsyncSequence` of levels (the latest level
-  /// when several changes merge); iterating starts the source, leaving the
+  /// when several changes merge); making the sequence starts the source, leaving the
   /// loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<MemoryPressureEvents> {
     SourceEvents(source: self, element: { MemoryPressureEvents(rawValue: $0) })

@@ -73,8 +73,8 @@ public final class PressureSource: Source, @unchecked Sendable {
     case full
   }
 
-  /// The source's events as an `AsyncSequence` of fire counts; iterating
-  /// starts the source, leaving the loop cancels it (see `SourceEvents`).
+  /// The source's events as an `AsyncSequence` of fire counts; making the
+  /// sequence starts the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
   /// The resource watched.

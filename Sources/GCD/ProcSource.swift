@@ -55,7 +55,7 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
 public final class ProcSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); iterating starts
+  /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<ProcEvents> { SourceEvents(source: self, element: { ProcEvents(rawValue: $0) }) }
 

@@ -21,7 +21,7 @@
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, on the epoll instance).
 public final class ReadSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); iterating starts
+  /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 

@@ -20,7 +20,7 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
 public final class SignalSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of delivery counts; iterating starts
+  /// The source's events as an `AsyncSequence` of delivery counts; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 

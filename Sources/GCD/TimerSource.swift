@@ -5,7 +5,7 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_TIMER`.
 public final class TimerSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); iterating starts
+  /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 

@@ -30,7 +30,7 @@ public final class WriteSource: Source, @unchecked Sendable {
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
   let nest: EpollNest?
 
-  /// The source's events as an `AsyncSequence` of buffer-space estimates; iterating starts
+  /// The source's events as an `AsyncSequence` of buffer-space estimates; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
