@@ -10,6 +10,18 @@ public final class DataAddSource: Source, @unchecked Sendable {
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the sum merged into the event (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
+
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.
@@ -37,6 +49,18 @@ public final class DataOrSource: Source, @unchecked Sendable {
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the bits merged into the event (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
+
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.
@@ -63,6 +87,18 @@ public final class DataReplaceSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of the latest values; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the latest value (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Creates the source with handlers on `queue`.
   ///

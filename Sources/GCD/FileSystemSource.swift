@@ -70,6 +70,18 @@ public final class FileSystemSource: Source, @unchecked Sendable {
     SourceEvents(source: self, element: { FileSystemEvents(rawValue: $0) })
   }
 
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the events that fired, merged (`firedEvents`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (FileSystemEvents) -> Void) {
+    setValueHandler { handler(FileSystemEvents(rawValue: $0)) }
+  }
+
   /// The events the source watches (`mask`).
   public let watchedEvents: FileSystemEvents
   let watch: InotifyWatch
