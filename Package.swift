@@ -31,6 +31,7 @@ let examples: [String] = [
   "ExampleRemoveSource",
   "ExampleSemaphore",
   "ExampleSignal",
+  "ExampleSignalService",
   "ExampleSupervisor",
   "ExampleSuspendResume",
   "ExampleTargetQueue",

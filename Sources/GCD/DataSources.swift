@@ -6,9 +6,21 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_ADD`.
 public final class DataAddSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged sums; iterating starts
+  /// The source's events as an `AsyncSequence` of the merged sums; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the sum merged into the event (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Creates the source with handlers on `queue`.
   ///
@@ -33,9 +45,21 @@ public final class DataAddSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_OR`.
 public final class DataOrSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged bits; iterating starts
+  /// The source's events as an `AsyncSequence` of the merged bits; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the bits merged into the event (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Creates the source with handlers on `queue`.
   ///
@@ -60,9 +84,21 @@ public final class DataOrSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_REPLACE`.
 public final class DataReplaceSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the latest values; iterating starts
+  /// The source's events as an `AsyncSequence` of the latest values; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the latest value (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Creates the source with handlers on `queue`.
   ///

@@ -64,10 +64,22 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
 public final class FileSystemSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired, merged; iterating starts
+  /// The source's events as an `AsyncSequence` of the events that fired, merged; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<FileSystemEvents> {
     SourceEvents(source: self, element: { FileSystemEvents(rawValue: $0) })
+  }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the events that fired, merged (`firedEvents`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (FileSystemEvents) -> Void) {
+    setValueHandler { handler(FileSystemEvents(rawValue: $0)) }
   }
 
   /// The events the source watches (`mask`).

@@ -70,10 +70,22 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
   public static let criticalThreshold: Duration = .milliseconds(200)
 
   /// The source's events as an `AsyncSequence` of levels (the latest level
-  /// when several changes merge); iterating starts the source, leaving the
+  /// when several changes merge); making the sequence starts the source, leaving the
   /// loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<MemoryPressureEvents> {
     SourceEvents(source: self, element: { MemoryPressureEvents(rawValue: $0) })
+  }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the level the event reports (`firedEvents`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (MemoryPressureEvents) -> Void) {
+    setValueHandler { handler(MemoryPressureEvents(rawValue: $0)) }
   }
 
   /// The levels the source reports (`mask`).

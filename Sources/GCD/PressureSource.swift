@@ -73,9 +73,21 @@ public final class PressureSource: Source, @unchecked Sendable {
     case full
   }
 
-  /// The source's events as an `AsyncSequence` of fire counts; iterating
-  /// starts the source, leaving the loop cancels it (see `SourceEvents`).
+  /// The source's events as an `AsyncSequence` of fire counts; making the
+  /// sequence starts the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the number of fires merged into the event (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// The resource watched.
   public let resource: Resource

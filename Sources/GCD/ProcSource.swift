@@ -55,9 +55,21 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
 public final class ProcSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); iterating starts
+  /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<ProcEvents> { SourceEvents(source: self, element: { ProcEvents(rawValue: $0) }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the events that fired (`firedEvents`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (ProcEvents) -> Void) {
+    setValueHandler { handler(ProcEvents(rawValue: $0)) }
+  }
 
   /// The watched process.
   public let pid: Int32

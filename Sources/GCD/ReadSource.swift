@@ -21,9 +21,21 @@
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, on the epoll instance).
 public final class ReadSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); iterating starts
+  /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the estimate of the bytes available (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Creates a read source for `fileDescriptor` whose handlers run on `queue`.
   ///
@@ -45,6 +57,12 @@ public final class ReadSource: Source, @unchecked Sendable {
 
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
   let nest: EpollNest?
+
+  /// `data` in a handler: the estimate from the descriptor (the nest), without the source.
+  override var dataReader: @Sendable () -> UInt {
+    let (nest, plain) = (nest, super.dataReader)
+    return { nest?.estimate ?? plain() }
+  }
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.
   public var bytesAvailable: Int { Int(clamping: data) }

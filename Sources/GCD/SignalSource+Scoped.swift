@@ -169,3 +169,202 @@ extension SignalsStorage.State {
     return signal
   }
 }
+
+// MARK: A signal sequence outside a scope
+
+extension SignalSource {
+  /// Observes `signals` from now on, in any scope: creates one
+  /// `SignalSource` per signal, starts them and waits until every one is
+  /// registered, then returns their deliveries as one `AsyncSequence` of
+  /// signal numbers. Make it in one place (a service's start) and iterate
+  /// it later, in a child task: a signal sent in between is kept.
+  ///
+  /// ```swift
+  /// let signals = try SignalSource.sequence(of: [SIGTERM, SIGINT])
+  /// for try await signal in signals { if signal == SIGTERM { break } }
+  /// ```
+  ///
+  /// One element per event of a signal's source: deliveries of one signal
+  /// that arrive before the consumer takes the last merge into one element
+  /// (as the source merges them), so memory stays bounded, one pending
+  /// flag per signal; signals pending together come in the order they
+  /// arrived. Leaving the loop, cancelling the task, or dropping a sequence
+  /// that was never iterated cancels every source; nothing else does.
+  /// Like `withSignals`, it leaves the dispositions libdispatch installed
+  /// (see `SignalSource`), and signals are best sent with `kill(getpid(), …)`.
+  ///
+  /// - Parameters:
+  ///   - signals: The signals to observe, at least one, each observable
+  ///     (`canObserve(_:)`); a repeated signal counts once.
+  ///   - queue: The queue the sources' handlers run on.
+  /// - Returns: The deliveries; its one iterator's `next()` never throws
+  ///   but for a second iterator (`EBUSY`).
+  /// - Throws: `GCDError` with `EINVAL` for an empty list or a signal that
+  ///   cannot be observed (no source is created then).
+  public static func sequence(of signals: [Int32], queue: Queue = .global()) throws(GCDError) -> SignalSequence {
+    var unique: [Int32] = []
+    for signal in signals where !unique.contains(signal) {
+      if !canObserve(signal), let reason = rejection(of: signal) {
+        throw GCDError(
+          operation: "SignalSource.sequence(of: \(signals))", errno: Errno.invalidArgument, detail: reason)
+      }
+      unique.append(signal)
+    }
+    if unique.isEmpty {
+      throw GCDError(operation: "SignalSource.sequence(of: [])", errno: Errno.invalidArgument, detail: "no signals")
+    }
+    let sources = try unique.map { signal throws(GCDError) in try SignalSource(signal: signal, queue: queue) }
+    let storage = SignalSequenceStorage(sources: sources)
+    let registered = Group()
+    for source in sources {
+      registered.enter()
+      let signal = source.signal
+      // The handlers hold the storage, never a source (the storage does).
+      source.setEventHandler { (_: UInt) in storage.delivered(signal) }
+      source.setRegistrationHandler { registered.leave() }
+      source.resume()
+    }
+    // The registration blocks run on `queue`: waiting from a thread that
+    // holds it would never end.
+    if queue.deadlockingQueue(barrier: false) == nil {
+      _ = Libdispatch.group_wait(registered.raw, Libdispatch.timeForever)
+    }
+    return SignalSequence(owner: SignalSequenceOwner(storage: storage))
+  }
+
+  /// The deliveries of `sequence(of:)`: one signal number per event of a
+  /// signal's source. It ends (and cancels the sources) when its iterator
+  /// is dropped or its task cancelled, or when it is dropped unused.
+  ///
+  /// `Sendable`: it holds a class whose state is behind a mutex.
+  public struct SignalSequence: AsyncSequence, Sendable {
+    /// The error `next()` throws: only `EBUSY`, for a second iterator.
+    public typealias Failure = GCDError
+
+    let owner: SignalSequenceOwner
+
+    /// The iterator; a second one throws `EBUSY`.
+    public func makeAsyncIterator() -> Iterator {
+      let storage = owner.storage
+      return Iterator(token: storage.claimIterator() ? SignalSequenceToken(storage: storage) : nil)
+    }
+
+    /// The iterator. Dropping it (leaving the loop) cancels the sources.
+    ///
+    /// `Sendable`: its state is in a class behind a mutex.
+    public struct Iterator: AsyncIteratorProtocol, Sendable {
+      let token: SignalSequenceToken?
+
+      /// The next delivered signal, or nil once the task is cancelled.
+      ///
+      /// - Throws: `GCDError` with `EBUSY` when this is the sequence's second iterator.
+      public mutating func next() async throws(GCDError) -> Int32? {
+        guard let token else { throw SignalSequenceStorage.busy }
+        return await token.storage.next()
+      }
+
+      /// The next delivered signal, or nil once the task is cancelled.
+      ///
+      /// - Parameter actor: The caller's isolation.
+      /// - Throws: `GCDError` with `EBUSY` as `next()`.
+      public mutating func next(isolation actor: isolated (any Actor)?) async throws(GCDError) -> Int32? {
+        guard let token else { throw SignalSequenceStorage.busy }
+        return await token.storage.next()
+      }
+    }
+  }
+}
+
+/// Held by the sequence: dropping one that made no iterator ends it.
+final class SignalSequenceOwner: Sendable {
+  let storage: SignalSequenceStorage
+  init(storage: SignalSequenceStorage) { self.storage = storage }
+  deinit { storage.sequenceDropped() }
+}
+
+/// Held by the iterator only: its end is the end of the loop.
+final class SignalSequenceToken: Sendable {
+  let storage: SignalSequenceStorage
+  init(storage: SignalSequenceStorage) { self.storage = storage }
+  deinit { storage.terminate() }
+}
+
+/// The signals pending (each at most once, in arrival order) and the
+/// waiting consumer, under a lock; continuations resumed outside it;
+/// the end (cancelling the sources) happens once.
+final class SignalSequenceStorage: Sendable {
+  struct State {
+    var pending: [Int32] = []
+    var consumer: UnsafeContinuation<Int32?, Never>?
+    var finished = false
+    var iterated = false
+  }
+
+  static let busy = GCDError(
+    operation: "SignalSource.sequence(of:)", errno: Errno.busy,
+    detail: "the sequence is iterated already; it has one iterator")
+
+  /// Cancelled at the end; a cancelled source's handlers are freed, which
+  /// releases their hold on this storage.
+  let sources: [SignalSource]
+  let state = Mutex(State())
+
+  init(sources: [SignalSource]) { self.sources = sources }
+
+  /// An event of `signal`'s source (on its queue).
+  func delivered(_ signal: Int32) {
+    let consumer: UnsafeContinuation<Int32?, Never>? = state.withLock { state in
+      if state.finished { return nil }
+      if let consumer = state.consumer {
+        state.consumer = nil
+        return consumer
+      }
+      if !state.pending.contains(signal) { state.pending.append(signal) }
+      return nil
+    }
+    consumer?.resume(returning: signal)
+  }
+
+  func next() async -> Int32? {
+    await withTaskCancellationHandler {
+      await withUnsafeContinuation { (consumer: UnsafeContinuation<Int32?, Never>) in
+        let ready: Int32?? = state.withLock { state in
+          if !state.pending.isEmpty { return .some(state.pending.removeFirst()) }
+          if state.finished { return .some(nil) }
+          state.consumer = consumer
+          return nil
+        }
+        if let ready { consumer.resume(returning: ready) }
+      }
+    } onCancel: {
+      terminate()
+    }
+  }
+
+  /// Makes the one iterator; false for a second one.
+  func claimIterator() -> Bool {
+    state.withLock { state in
+      defer { state.iterated = true }
+      return !state.iterated
+    }
+  }
+
+  /// The sequence was dropped: ends it if it made no iterator.
+  func sequenceDropped() {
+    if state.withLock({ !$0.iterated }) { terminate() }
+  }
+
+  /// Ends the sequence and cancels the sources, once.
+  func terminate() {
+    let (consumer, ends): (UnsafeContinuation<Int32?, Never>?, Bool) = state.withLock { state in
+      if state.finished { return (nil, false) }
+      state.finished = true
+      state.pending = []
+      defer { state.consumer = nil }
+      return (state.consumer, true)
+    }
+    guard ends else { return }
+    for source in sources { source.cancel() }
+    consumer?.resume(returning: nil)
+  }
+}

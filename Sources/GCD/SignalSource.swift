@@ -20,9 +20,21 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
 public final class SignalSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of delivery counts; iterating starts
+  /// The source's events as an `AsyncSequence` of delivery counts; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the number of deliveries merged into the event (`count`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Whether a `SignalSource` can observe `signal`: a signal number
   /// (1...64) other than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and

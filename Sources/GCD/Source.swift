@@ -164,6 +164,23 @@ public class Source: GCDObject, @unchecked Sendable {
     Libdispatch.source_set_event_handler(raw, handlers.block(handler))
   }
 
+  /// Sets `handler` as the event handler, called with the event's data as
+  /// `data` reads it (`dataReader`), so the handler never holds the source.
+  /// What each type's `setEventHandler { value in }` calls.
+  final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    let read = dataReader
+    Libdispatch.source_set_event_handler(raw, handlers.block { handler(read()) })
+  }
+
+  /// Reads `data` in a handler without the wrapper: the C source's pending
+  /// data (libdispatch holds the C source while its handler runs; the
+  /// handlers box, held by the block, holds the pointer). Read and write
+  /// sources override it with their estimate.
+  var dataReader: @Sendable () -> UInt {
+    let handlers = handlers
+    return { Libdispatch.source_get_data(handlers.raw) }
+  }
+
   /// Sets a C function as the event handler; it is called with `context`,
   /// which becomes the source's context (as in C, where the function gets
   /// the source's context).

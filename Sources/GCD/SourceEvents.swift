@@ -5,71 +5,97 @@ import Synchronization
 /// (`UInt` for the data, timer, signal, read and write sources,
 /// `ProcEvents` and `FileSystemEvents`).
 ///
-/// The first `next()` installs the sequence as the source's event handler,
-/// starts the source (it must not have been started: iterating is how it
-/// is started) and waits for its registration, so no event after that
-/// point is lost. The source's registration handler, if you set one, runs
-/// first: code that must know the source is watching waits for it.
+/// Making the sequence (reading `events`) starts the source: it installs
+/// the sequence as the source's event handler, starts the source (it must
+/// not have been started: the sequence is how it is started) and waits for
+/// its registration, so no event after that point is lost, also before the
+/// first `next()`: `let seq = source.events` in one place and `for try
+/// await value in seq` in a child task later sees a signal sent between
+/// the two. The source's registration handler, if you set one, runs
+/// first. (When the calling thread runs on the source's queue, or on a
+/// queue it targets, the registration cannot run until the caller returns:
+/// the sequence then starts the source without waiting for it.)
 ///
-/// Back-pressure is the source's own merging: while the consumer is busy
-/// the source is suspended, and what arrives meanwhile merges in it (data
-/// sources add, OR or replace; timers and signals count; file-system and
-/// process events OR), so memory stays flat however fast the producer is,
-/// and the element the consumer gets next sums everything since the last.
+/// Back-pressure is the source's own merging: while no one takes an
+/// element (before the first `next()`, or while the consumer is busy) the
+/// source is suspended holding at most one element, and what arrives
+/// meanwhile merges in it (data sources add, OR or replace; timers and
+/// signals count; file-system and process events OR), so memory stays
+/// flat however fast the producer is, and the element the consumer gets
+/// next sums everything since the last.
 ///
-/// Leaving the loop (breaking out, returning, throwing) or cancelling the
-/// task cancels the source, once; its cancel handler runs once. The
-/// sequence finishes (`next()` returns nil) when the source is cancelled,
-/// by the loop or by anyone else, after delivering an element already
-/// taken from the source.
+/// Leaving the loop (breaking out, returning, throwing), cancelling the
+/// task, or dropping a sequence that was never iterated cancels the
+/// source, once; its cancel handler runs once. The sequence finishes
+/// (`next()` returns nil) when the source is cancelled, by the loop or by
+/// anyone else, after delivering an element already taken from the source.
 ///
-/// A source has one event sequence: the source is started by the first
-/// iteration, and a second one throws.
+/// A source has one event sequence with one iterator: making a sequence of
+/// a source that was started already (by `resume()` or another sequence),
+/// or a second iterator of one sequence, gives an iterator whose `next()`
+/// throws `EBUSY` (and leaves the source alone); for a cancelled source it
+/// just finishes.
 ///
-/// `Sendable`: it holds the source (which is) and a `@Sendable` conversion.
+/// `Sendable`: it holds a class whose state is behind a mutex.
 public struct SourceEvents<Element: Sendable>: AsyncSequence, Sendable {
   /// The error `next()` throws: the source was started (or iterated) already.
   public typealias Failure = GCDError
 
-  let source: Source
-  let element: @Sendable (UInt) -> Element
+  let owner: EventsOwner<Element>
 
+  /// Starts the source (see the type's documentation).
   init(source: Source, element: @escaping @Sendable (UInt) -> Element) {
-    self.source = source
-    self.element = element
+    owner = EventsOwner(storage: EventsStorage(source: source, element: element))
+    owner.storage.start()
   }
 
-  /// A new iterator; the first call of its `next()` starts the source.
+  /// The iterator; a second one (of this sequence) throws `EBUSY`.
   public func makeAsyncIterator() -> Iterator {
-    Iterator(storage: EventsStorage(source: source, element: element))
+    let storage = owner.storage
+    if storage.claimIterator() { return Iterator(token: EventsToken(storage: storage), failure: nil) }
+    return Iterator(
+      token: nil,
+      failure: GCDError(
+        operation: "\(type(of: storage.source)).events", errno: Errno.busy,
+        detail: "the sequence is iterated already; a source's events have one iterator"))
   }
 
   /// The iterator. Dropping it (leaving the loop) cancels the source.
   ///
   /// `Sendable`: its state is in a class behind a mutex.
   public struct Iterator: AsyncIteratorProtocol, Sendable {
-    let token: EventsToken<Element>
-
-    init(storage: EventsStorage<Element>) {
-      token = EventsToken(storage: storage)
-    }
+    let token: EventsToken<Element>?
+    let failure: GCDError?
 
     /// The next event, or nil once the source is cancelled.
     ///
     /// - Throws: `GCDError` with `EBUSY` when the source was started
-    ///   before the first `next()` (by `resume()` or another sequence).
+    ///   before the sequence was made (by `resume()` or another sequence),
+    ///   or this is the sequence's second iterator.
     public mutating func next() async throws(GCDError) -> Element? {
-      try await token.storage.next()
+      guard let token else { throw failure.unsafelyUnwrapped }
+      return try await token.storage.next()
     }
 
     /// The next event, or nil once the source is cancelled.
     ///
     /// - Parameter actor: The caller's isolation (the element is `Sendable`).
-    /// - Throws: `GCDError` with `EBUSY` when the source was started before.
+    /// - Throws: `GCDError` with `EBUSY` as `next()`.
     public mutating func next(isolation actor: isolated (any Actor)?) async throws(GCDError) -> Element? {
-      try await token.storage.next()
+      guard let token else { throw failure.unsafelyUnwrapped }
+      return try await token.storage.next()
     }
   }
+}
+
+/// Held by the sequence (never by the source's handlers): dropping a
+/// sequence that made no iterator ends it.
+final class EventsOwner<Element: Sendable>: Sendable {
+  let storage: EventsStorage<Element>
+
+  init(storage: EventsStorage<Element>) { self.storage = storage }
+
+  deinit { storage.sequenceDropped() }
 }
 
 /// Held by the iterator only (never by the source's handlers): its end is
@@ -88,19 +114,17 @@ final class EventsToken<Element: Sendable>: Sendable {
 final class EventsStorage<Element: Sendable>: Sendable {
   typealias Consumer = UnsafeContinuation<Result<Element?, GCDError>, Never>
 
-  enum Phase {
-    /// Not iterated yet.
-    case initial
-    /// Started; waiting for the registration handler.
-    case registering
-    /// Registered: events flow.
-    case running
-    /// Cancelled, or the loop ended.
-    case finished
-  }
-
   struct State {
-    var phase = Phase.initial
+    /// Cancelled, the loop ended, or the start failed.
+    var finished = false
+    /// This sequence started the source (so its end cancels it).
+    var started = false
+    /// An iterator was made (the sequence's drop no longer ends it).
+    var iterated = false
+    /// The registration wait is released (registered, or cancelled first).
+    var released = false
+    /// Why the start failed (`EBUSY`), thrown by the first `next()`.
+    var failure: GCDError?
     /// An event taken from the source that the consumer has not asked for
     /// yet; the source is suspended while it is here.
     var buffered: Element?
@@ -111,13 +135,14 @@ final class EventsStorage<Element: Sendable>: Sendable {
 
   enum Action {
     case none
-    case start
-    case deliver(Consumer, Element?, resumeSource: Bool)
+    case deliver(Consumer, Result<Element?, GCDError>, resumeSource: Bool)
   }
 
   let source: Source
   let element: @Sendable (UInt) -> Element
   let state = Mutex(State())
+  /// Entered at the start, left once at registration (or cancellation).
+  let registration = Group()
 
   init(source: Source, element: @escaping @Sendable (UInt) -> Element) {
     self.source = source
@@ -131,19 +156,15 @@ final class EventsStorage<Element: Sendable>: Sendable {
           if let value = state.buffered {
             state.buffered = nil
             defer { state.suspended = false }
-            return .deliver(consumer, value, resumeSource: state.suspended)
+            return .deliver(consumer, .success(value), resumeSource: state.suspended)
           }
-          switch state.phase {
-          case .initial:
-            state.phase = .registering
-            state.consumer = consumer
-            return .start
-          case .registering, .running:
-            state.consumer = consumer
-            return .none
-          case .finished:
-            return .deliver(consumer, nil, resumeSource: false)
+          if let failure = state.failure {
+            state.failure = nil
+            return .deliver(consumer, .failure(failure), resumeSource: false)
           }
+          if state.finished { return .deliver(consumer, .success(nil), resumeSource: false) }
+          state.consumer = consumer
+          return .none
         }
         perform(action)
       }
@@ -156,63 +177,82 @@ final class EventsStorage<Element: Sendable>: Sendable {
   func perform(_ action: Action) {
     switch action {
     case .none: break
-    case .start: start()
-    case .deliver(let consumer, let value, let resumeSource):
+    case .deliver(let consumer, let result, let resumeSource):
       if resumeSource { source.resume() }
-      consumer.resume(returning: .success(value))
+      consumer.resume(returning: result)
     }
   }
 
-  /// Claims the start of the source, installs the handlers and starts it;
-  /// unless it was started (or suspended) already: then `EBUSY`, or the end
-  /// for a cancelled source. The claim and the check are one atomic step,
-  /// so of two sequences, or a sequence and a `resume()`, exactly one starts
-  /// the source, and the other never touches its handlers.
+  /// Claims the start of the source, installs the handlers, starts it and
+  /// waits for its registration (unless the caller holds the queue the
+  /// registration runs on); unless it was started (or suspended) already:
+  /// then `EBUSY` for the first `next()`, or the end for a cancelled
+  /// source. The claim and the check are one atomic step, so of two
+  /// sequences, or a sequence and a `resume()`, exactly one starts the
+  /// source, and the other never touches its handlers.
   func start() {
     let claim = source.lifecycle.update { $0.claimStart() }
     if claim != .activate {
-      if source.lifecycle.load(ordering: .acquiring).isCancelled {
-        finish()
-        return
-      }
-      let taken = state.withLock { state in
-        state.phase = .finished
-        defer { state.consumer = nil }
-        return state.consumer
-      }
-      taken?.resume(
-        returning: .failure(
-          GCDError(
+      let cancelled = source.lifecycle.load(ordering: .acquiring).isCancelled
+      state.withLock { state in
+        state.finished = true
+        if !cancelled {
+          state.failure = GCDError(
             operation: "\(type(of: source)).events", errno: Errno.busy,
             detail:
-              "the source was already started (by resume() or another iteration); the sequence starts it: iterate before resume()"
-          )))
+              "the source was already started (by resume() or another sequence); the sequence starts it: make it before resume()"
+          )
+        }
+      }
       return
     }
+    state.withLock { $0.started = true }
+    registration.enter()
     // Set before the C source is activated: libdispatch installs a handler
     // set on an active source asynchronously. Meanwhile the word says
     // active, so a `resume()` stops as on any running source, and a
     // `cancel()` leaves the start to this call.
     source.setEventHandler { [self] in received(source.data) }
     source.handlers.setCancelHook { [self] in finish() }
-    source.handlers.setRegistration(hook: { [self] in registered() })
+    source.handlers.setRegistration(hook: { [self] in released() })
     source.onActivate?()
     claim.perform(on: source.raw)
+    // The registration block runs on the source's queue: waiting for it
+    // from a thread that holds that queue (or one it runs through) would
+    // never end.
+    if source.queue.deadlockingQueue(barrier: false) == nil {
+      _ = Libdispatch.group_wait(registration.raw, Libdispatch.timeForever)
+    }
   }
 
-  /// The registration handler ran: events flow from now on.
-  func registered() {
-    state.withLock { state in
-      if state.phase == .registering { state.phase = .running }
+  /// The registration handler ran (events flow from now on), or the source
+  /// was cancelled first: the start's wait ends, once.
+  func released() {
+    let leave = state.withLock { state in
+      defer { state.released = true }
+      return !state.released
     }
+    if leave { registration.leave() }
+  }
+
+  /// Makes the one iterator; false for a second one.
+  func claimIterator() -> Bool {
+    state.withLock { state in
+      defer { state.iterated = true }
+      return !state.iterated
+    }
+  }
+
+  /// The sequence was dropped: ends it if it made no iterator.
+  func sequenceDropped() {
+    if state.withLock({ !$0.iterated }) { terminate() }
   }
 
   /// An event (on the source's queue).
   func received(_ data: UInt) {
     let value = element(data)
     let consumer: Consumer? = state.withLock { state in
-      if state.phase == .finished { return nil }
-      state.phase = .running  // the registration handler runs first; this only makes it certain
+      if state.finished { return nil }
       if let consumer = state.consumer {
         state.consumer = nil
         return consumer
@@ -232,8 +272,10 @@ final class EventsStorage<Element: Sendable>: Sendable {
   /// The source was cancelled (its cancel handler ran): the sequence ends
   /// once the buffered element, if any, is delivered.
   func finish() {
+    released()
     let consumer: Consumer? = state.withLock { state in
-      state.phase = .finished
+      state.finished = true
+      state.started = false  // cancelled already
       if state.buffered != nil { return nil }  // the consumer takes it, then nil
       defer { state.consumer = nil }
       return state.consumer
@@ -241,18 +283,21 @@ final class EventsStorage<Element: Sendable>: Sendable {
     consumer?.resume(returning: .success(nil))
   }
 
-  /// The loop ended or the task was cancelled: ends the sequence and
-  /// cancels the source (once) if the sequence started it.
+  /// The loop ended, the task was cancelled or the sequence was dropped
+  /// unused: ends the sequence and cancels the source (once) if the
+  /// sequence started it.
   func terminate() {
-    let (consumer, started): (Consumer?, Bool) = state.withLock { state in
-      if state.phase == .finished { return (nil, false) }
-      let started = state.phase != .initial
-      state.phase = .finished
+    let (consumer, cancels): (Consumer?, Bool) = state.withLock { state in
+      if state.finished && !state.started { return (nil, false) }
+      let cancels = state.started
+      state.finished = true
+      state.started = false
       state.buffered = nil
+      state.failure = nil
       defer { state.consumer = nil }
-      return (state.consumer, started)
+      return (state.consumer, cancels)
     }
-    if started { source.cancel() }
+    if cancels { source.cancel() }
     consumer?.resume(returning: .success(nil))
   }
 }

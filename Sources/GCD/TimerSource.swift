@@ -5,9 +5,21 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_TIMER`.
 public final class TimerSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); iterating starts
+  /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the number of fires merged into the event: the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Creates a timer whose handlers run on `queue`. It does not fire until
   /// it is scheduled with `schedule(start:interval:leeway:)` and resumed.

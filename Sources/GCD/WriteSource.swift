@@ -30,9 +30,27 @@ public final class WriteSource: Source, @unchecked Sendable {
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
   let nest: EpollNest?
 
-  /// The source's events as an `AsyncSequence` of buffer-space estimates; iterating starts
+  /// `data` in a handler: the estimate from the descriptor (the nest), without the source.
+  override var dataReader: @Sendable () -> UInt {
+    let (nest, plain) = (nest, super.dataReader)
+    return { nest?.estimate ?? plain() }
+  }
+
+  /// The source's events as an `AsyncSequence` of buffer-space estimates; making the sequence starts
   /// the source, leaving the loop cancels it (see `SourceEvents`).
   public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// Sets the closure run on the target queue for each (merged) event,
+  /// called with the estimate of the buffer space (`data`): the value `events` yields. The
+  /// handler gets it without capturing the source.
+  ///
+  /// - Parameter handler: The closure; it runs on the source's queue.
+  ///
+  /// The corresponding C functions are `dispatch_source_set_event_handler`
+  /// and `dispatch_source_get_data`.
+  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    setValueHandler(handler)
+  }
 
   /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
   ///

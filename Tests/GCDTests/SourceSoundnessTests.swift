@@ -60,42 +60,38 @@ extension SourceEventsTests {
   }
 }
 
-/// Two sequences of one source call `start()` (what their first `next()`
-/// does) on two threads released together, round after round; before the
-/// fix the loser's `resume()` stopped the process as an unbalanced resume.
+/// Two sequences of one source are made (which starts it) on two threads
+/// released together, round after round; before the fix the loser's
+/// `resume()` stopped the process as an unbalanced resume.
 private func raceSequenceStarts(rounds: Int) {
   for round in 0..<rounds {
     let source = DataAddSource(queue: .global())
-    // The iterators stay alive for the round: dropping one ends its sequence.
-    let iterators = [source.events.makeAsyncIterator(), source.events.makeAsyncIterator()]
-    let (first, second) = (iterators[0].token.storage, iterators[1].token.storage)
+    // The sequences stay alive for the round: dropping one ends it.
+    let made = Mutex<[SourceEvents<UInt>]>([])
     let ready = Atomic(0)
     let done = Group()
-    for (index, storage) in [first, second].enumerated() {
+    for index in 0..<2 {
       // A created serial queue each: a thread of its own (overcommit), so neither spins waiting for
       // a global worker the other holds.
       done.async(on: Queue(label: "race.\(index)")) {
         ready.add(1, ordering: .relaxed)
         while ready.load(ordering: .relaxed) < 2 {}
-        // As the first `next()` does before it starts the source.
-        storage.state.withLock { $0.phase = .registering }
-        storage.start()
+        let sequence = source.events
+        made.withLock { $0.append(sequence) }
       }
     }
     requireInChild(done.wait(timeout: .seconds(30)), "round \(round): the starts did not return")
-    let finished = [first, second].filter { storage in
-      storage.state.withLock { if case .finished = $0.phase { true } else { false } }
-    }
-    requireInChild(finished.count == 1, "round \(round): \(finished.count) of 2 sequences failed to start")
+    let sequences = made.withLock { $0 }
+    let failed = sequences.filter { sequence in sequence.owner.storage.state.withLock { $0.failure != nil } }
+    requireInChild(failed.count == 1, "round \(round): \(failed.count) of 2 sequences failed to start")
     requireInChild(!source.isSuspended && !source.isCancelled, "round \(round): the source is not running")
-    // Cancelled once registered: a source cancelled before its registration ran keeps its
-    // registration closures (a known leak, docs/reliability.md).
-    let winner = finished[0] === first ? second : first
+    // The winner's start waited for the registration.
+    let winner = sequences.first { sequence in sequence.owner.storage.state.withLock { $0.failure == nil } }
     requireInChild(
-      pollUntil { winner.state.withLock { if case .running = $0.phase { true } else { false } } },
+      winner?.owner.storage.state.withLock { $0.released } == true,
       "round \(round): the winner's source never registered")
     source.cancel()
-    withExtendedLifetime(iterators) {}
+    withExtendedLifetime(sequences) {}
   }
   exit(0)
 }
