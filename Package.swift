@@ -48,6 +48,9 @@ let package = Package(
     .target(name: "CGCD", linkerSettings: [.linkedLibrary("BlocksRuntime")]),
     .target(name: "GCD", dependencies: ["CGCD"]),
     .testTarget(name: "GCDTests", dependencies: ["GCD", "CGCD"]),
+    // Imports Foundation (which re-exports Dispatch) beside GCD and uses every contract name
+    // unqualified: a name that clashes with Dispatch's stops it from compiling.
+    .testTarget(name: "GCDFoundationTests", dependencies: ["GCD"]),
     // `make bench`: GCD against libdispatch from C (Benchmarks/c, built by the
     // Makefile) and against the toolchain's `Dispatch`. See docs/performance.md.
     .executableTarget(name: "GCDBenchmarks", dependencies: ["GCD"], path: "Benchmarks/GCDBenchmarks"),

@@ -3,7 +3,7 @@
 // `dispatch_source_merge_data(source, i)` for i = 1…4; then the same with `DATA_OR`; then with the
 // merges spaced out, so that each arrives alone.
 //
-// On Linux: the same calls. `dispatchMain()` drains the main queue (there is no UIKit run loop) and the
+// On Linux: the same calls. `Queue.dispatchMain()` drains the main queue (there is no UIKit run loop) and the
 // last handler ends the program with `exit(0)`. Instead of the article's 1 s sleep, the spaced loop waits
 // after each merge until the main queue has run the handler (`Queue.main.sync {}`).
 
@@ -55,4 +55,4 @@ orSource.resume()
 spacedSource.resume()
 
 mergeOneToFour { addSource.merge($0) }
-dispatchMain()
+Queue.dispatchMain()

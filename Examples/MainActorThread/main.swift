@@ -1,4 +1,4 @@
-// Main-actor code on the main thread: `dispatchMain { … }` runs the closure
+// Main-actor code on the main thread: `Queue.dispatchMain { … }` runs the closure
 // as a main-actor task and drains the main queue on the main thread, so
 // the code after each `await` is back on the main thread (with a plain
 // async main, Linux runs it on a worker thread).
@@ -24,7 +24,7 @@ let mainThread = pthread_self()
   }
 }
 
-dispatchMain {
+Queue.dispatchMain {
   Steps.record("start")
   _ = await Queue.global().run { 6 * 7 }  // work elsewhere, then back on the main actor
   Steps.record("after await run")

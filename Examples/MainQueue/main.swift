@@ -2,7 +2,7 @@
 // available serial queue, `dispatch_get_main_queue()`, whose blocks run on the application's main
 // thread once the application drains it.
 //
-// On Linux there is no run loop: the program drains the main queue with `dispatchMain()` (this
+// On Linux there is no run loop: the program drains the main queue with `Queue.dispatchMain()` (this
 // library's, which runs the blocks on the main thread itself, where libdispatch's `dispatch_main` would
 // use its worker threads) and ends with `exit(0)` from a main-queue block.
 
@@ -38,5 +38,5 @@ group.notify(on: .main) {
   print("all \(ran.load(ordering: .relaxed)) blocks ran; exit(0) from a main-queue block")
   exit(0)
 }
-print("the main thread calls dispatchMain()")
-dispatchMain()
+print("the main thread calls Queue.dispatchMain()")
+Queue.dispatchMain()

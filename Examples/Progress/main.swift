@@ -3,7 +3,7 @@
 // `dispatch_source_merge_data(source, 1)`; the handler adds `dispatch_source_get_data` to
 // `totalComplete` and logs the progress, `totalComplete / 100`.
 //
-// On Linux: the same calls; `dispatchMain()` drains the main queue and the handler ends the program with
+// On Linux: the same calls; `Queue.dispatchMain()` drains the main queue and the handler ends the program with
 // `exit(0)` at 1.0. The handler stands for a progress-bar redraw and takes a while (an argument): the
 // merges that come meanwhile are merged into its next call, so it runs far fewer than 100 times.
 //
@@ -46,4 +46,4 @@ for _ in 0..<taskCount {
     source.merge(1)
   }
 }
-dispatchMain()
+Queue.dispatchMain()

@@ -3,7 +3,7 @@
 // interval, running `MyPeriodicTask` on the main queue; `MyStoreTimer` keeps it for later use.
 //
 // On Linux: the same calls; the wall clock is CLOCK_REALTIME. No run loop drains the main queue, so the
-// program calls `dispatchMain()` and ends with `exit(0)` from the last tick. The listing's 30 s interval
+// program calls `Queue.dispatchMain()` and ends with `exit(0)` from the last tick. The listing's 30 s interval
 // and 1 s leeway become the interval argument and a twentieth of it.
 //
 // Usage: ExampleTimer [interval in seconds, default 0.2] [ticks, default 5]
@@ -55,4 +55,4 @@ func myCreateTimer() {
 }
 
 myCreateTimer()
-dispatchMain()
+Queue.dispatchMain()

@@ -148,6 +148,17 @@ void cgcd_sync_function(void *queue, uintptr_t flags, uintptr_t barrier, void *c
   cgcd_dispatch_sync_either(barrier, queue, &call, cgcd_sync_function_trampoline);
 }
 
+void cgcd_async_and_wait_function(void *queue, uintptr_t flags, uintptr_t barrier, void *context,
+                                  void (*function)(void *)) {
+  struct cgcd_call call = cgcd_call_make(queue, flags, context);
+  call.function.plain = function;
+  if (barrier) {
+    cgcd_barrier_async_and_wait_f(queue, &call, cgcd_sync_function_trampoline);
+  } else {
+    cgcd_async_and_wait_f(queue, &call, cgcd_sync_function_trampoline);
+  }
+}
+
 // An asynchronous function call on its way to its queue: what its frame needs
 // (the queue and the flags) beside the caller's function and context.
 struct cgcd_async_call {

@@ -6,7 +6,7 @@
 /// the earliest time.
 ///
 /// The corresponding C type is `dispatch_time_t`.
-public struct Deadline: Hashable, Sendable {
+public struct Deadline: Hashable, Comparable, Sendable {
   /// The `dispatch_time_t` value.
   public var rawValue: UInt64
 
@@ -44,6 +44,26 @@ public struct Deadline: Hashable, Sendable {
     return Deadline(rawValue: Libdispatch.walltime(seconds: seconds, nanoseconds: nanoseconds))
   }
 
+  /// Whether `lhs` comes before `rhs`.
+  ///
+  /// Two deadlines on the same clock compare by time, and `forever` comes
+  /// after every other deadline. A monotonic and a wall-clock deadline are
+  /// not comparable in time (the clocks drift apart); they compare by clock
+  /// (every monotonic deadline first), an order that is total and consistent
+  /// but says nothing about which comes first.
+  @inlinable
+  public static func < (lhs: Deadline, rhs: Deadline) -> Bool { lhs.order < rhs.order }
+
+  /// The deadline as (clock, time) in an order that sorts as deadlines do. libdispatch on Linux
+  /// stores a monotonic deadline as the nanoseconds of uptime (below 2^63) and a wall-clock one
+  /// negated (at or above 2^63, decreasing as time passes): `~rawValue` undoes the negation.
+  @inlinable
+  var order: (clock: UInt8, time: UInt64) {
+    if isForever { return (2, 0) }
+    if Int64(bitPattern: rawValue) < 0 { return (1, ~rawValue) }
+    return (0, rawValue)
+  }
+
   /// Whether this is `Deadline.forever`, the deadline that never passes.
   @inlinable
   public var isForever: Bool { rawValue == Libdispatch.timeForever }
@@ -67,10 +87,6 @@ public struct Deadline: Hashable, Sendable {
 }
 
 extension Duration {
-  /// This duration in whole nanoseconds, clamped to `Int64`'s range.
-  @inlinable
-  public var clampedNanoseconds: Int64 { saturatingNanoseconds }
-
   /// This duration in whole nanoseconds, saturated at `Int64.min` and
   /// `Int64.max` (about 292 years: "practically never") instead of trapping.
   /// Every `Duration` the package hands to libdispatch goes through here.

@@ -13,8 +13,7 @@ import Synchronization
 /// immutable C pointer and, in debug builds, an atomic balance counter.
 ///
 /// The corresponding C type is `dispatch_group_t`.
-public final class Group: DispatchObject, @unchecked Sendable {
-  @usableFromInline let raw: OpaquePointer
+public final class Group: GCDObject, @unchecked Sendable {
   #if DEBUG
     /// Debug builds count enters and leaves so that an unbalanced `leave()`
     /// stops with a message instead of libdispatch's bare trap.
@@ -25,14 +24,11 @@ public final class Group: DispatchObject, @unchecked Sendable {
   /// first such wait that finds the group busy.
   let asyncWaiters = AtomicLazyReference<GroupWaiters>()
 
-  /// The C group, borrowed.
-  public var unsafeObject: OpaquePointer { raw }
-
   /// Creates an empty group.
   ///
   /// The corresponding C function is `dispatch_group_create`.
   public init() {
-    raw = Libdispatch.group_create()
+    super.init(raw: Libdispatch.group_create())
   }
 
   deinit {

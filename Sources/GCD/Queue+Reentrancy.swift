@@ -126,50 +126,67 @@ func forEachInChain(_ queue: OpaquePointer, exclusive: Bool, _ body: (OpaquePoin
   }
 }
 
-/// Runs the work submitted to `Queue.main` on the main thread, forever:
-/// call it from the main thread once the program has set up its work, and
-/// end the program from a work item (with `exit`).
-///
-/// On Linux, libdispatch's own `dispatch_main` ends the main thread and lets
-/// worker threads drain the main queue; this function instead drains it on
-/// the main thread, as a run loop does, so main-queue work really runs on
-/// the main thread (still one item at a time, in FIFO order).
-///
-/// The corresponding C function is `dispatch_main`.
-public func dispatchMain() -> Never {
-  if !Libdispatch.isMainThread {
-    fatalError("GCD: dispatchMain() must be called on the main thread")
+extension Queue {
+  /// Runs the work submitted to `Queue.main` on the main thread, forever:
+  /// call it from the main thread once the program has set up its work, and
+  /// end the program from a work item (with `exit`).
+  ///
+  /// On Linux, libdispatch's own `dispatch_main` ends the main thread and lets
+  /// worker threads drain the main queue; this function instead drains it on
+  /// the main thread, as a run loop does, so main-queue work really runs on
+  /// the main thread (still one item at a time, in FIFO order).
+  ///
+  /// A static member of `Queue`, so that a file that imports Foundation (which
+  /// re-exports Dispatch and its free `dispatchMain()`) names it without ambiguity.
+  ///
+  /// The corresponding C function is `dispatch_main`.
+  public static func dispatchMain() -> Never {
+    if !Libdispatch.isMainThread {
+      fatalError("GCD: Queue.dispatchMain() must be called on the main thread")
+    }
+    Libdispatch.drainMainQueueForever()
   }
-  Libdispatch.drainMainQueueForever()
+
+  /// Runs `body` as a main-actor task and drains `Queue.main` on the main
+  /// thread until it ends, then exits the process (status 0, or 1 with the
+  /// error on standard error if `body` throws). Call it from the main thread,
+  /// from synchronous top-level code.
+  ///
+  /// An `async` main on Linux ends in libdispatch's `dispatch_main`, which
+  /// parks the main thread and runs main-queue work, `@MainActor` jobs
+  /// included, on worker threads: main-actor code after an `await` is not on
+  /// the main thread. Here the main queue is drained on the main thread (as
+  /// `Queue.dispatchMain()` does), so every main-actor job of `body` and of the
+  /// tasks it starts runs there (`Queue.isMainThread` holds after each `await`).
+  ///
+  /// - Parameter body: The program, isolated to the main actor.
+  ///
+  /// The corresponding C function is `dispatch_main`.
+  public static func dispatchMain(_ body: @escaping @MainActor @Sendable () async throws -> Void) -> Never {
+    if !Libdispatch.isMainThread {
+      fatalError("GCD: Queue.dispatchMain(_:) must be called on the main thread")
+    }
+    Task { @MainActor in
+      do {
+        try await body()
+      } catch {
+        system_writeStandardError("GCD: Queue.dispatchMain: the main task threw \(error)\n")
+        system_exit(1)
+      }
+      system_exit(0)
+    }
+    Libdispatch.drainMainQueueForever()
+  }
 }
 
-/// Runs `body` as a main-actor task and drains `Queue.main` on the main
-/// thread until it ends, then exits the process (status 0, or 1 with the
-/// error on standard error if `body` throws). Call it from the main thread,
-/// from synchronous top-level code.
-///
-/// An `async` main on Linux ends in libdispatch's `dispatch_main`, which
-/// parks the main thread and runs main-queue work, `@MainActor` jobs
-/// included, on worker threads: main-actor code after an `await` is not on
-/// the main thread. Here the main queue is drained on the main thread (as
-/// `dispatchMain()` does), so every main-actor job of `body` and of the
-/// tasks it starts runs there (`Queue.isMainThread` holds after each `await`).
-///
-/// - Parameter body: The program, isolated to the main actor.
-///
-/// The corresponding C function is `dispatch_main`.
+/// `Queue.dispatchMain()`, by its name before 1.0. With Foundation imported it is ambiguous with
+/// Dispatch's `dispatchMain()`; use `Queue.dispatchMain()`.
+@available(*, deprecated, renamed: "Queue.dispatchMain()")
+public func dispatchMain() -> Never { Queue.dispatchMain() }
+
+/// `Queue.dispatchMain(_:)`, by its name before 1.0. With Foundation imported it is ambiguous
+/// with Dispatch's `dispatchMain()`; use `Queue.dispatchMain(_:)`.
+@available(*, deprecated, renamed: "Queue.dispatchMain(_:)")
 public func dispatchMain(_ body: @escaping @MainActor @Sendable () async throws -> Void) -> Never {
-  if !Libdispatch.isMainThread {
-    fatalError("GCD: dispatchMain(_:) must be called on the main thread")
-  }
-  Task { @MainActor in
-    do {
-      try await body()
-    } catch {
-      system_writeStandardError("GCD: dispatchMain: the main task threw \(error)\n")
-      system_exit(1)
-    }
-    system_exit(0)
-  }
-  Libdispatch.drainMainQueueForever()
+  Queue.dispatchMain(body)
 }

@@ -19,7 +19,7 @@ import Synchronization
 /// open, and its members are final: calls on a `Queue` dispatch statically.
 ///
 /// The corresponding C type is `dispatch_queue_t`.
-public class Queue: DispatchObject, @unchecked Sendable {
+public class Queue: GCDObject, @unchecked Sendable {
   /// How a queue runs its work items.
   public enum Kind: Sendable, Hashable {
     /// One work item at a time, in FIFO order. `DISPATCH_QUEUE_SERIAL`.
@@ -56,18 +56,21 @@ public class Queue: DispatchObject, @unchecked Sendable {
   /// The corresponding C function is `dispatch_queue_attr_make_with_qos_class`.
   public struct QoS: Sendable, Hashable {
     /// The `qos_class_t` value.
-    public var rawClass: UInt32
-    /// The relative priority inside the class, from -15 to 0.
-    public var relativePriority: Int32
+    public private(set) var rawClass: UInt32
+    /// The relative priority inside the class, from -15 to 0 (read-only: set
+    /// it with `relative(_:)` or the initializer, which clamp it).
+    public private(set) var relativePriority: Int32
 
     /// A class from its `qos_class_t` value.
     ///
     /// - Parameters:
     ///   - rawClass: The `qos_class_t` value (`QOS_CLASS_*`).
-    ///   - relativePriority: The priority inside the class, from -15 to 0.
+    ///   - relativePriority: The priority inside the class, clamped to -15...0
+    ///     (`QOS_MIN_RELATIVE_PRIORITY`...0): libdispatch ignores a queue
+    ///     attribute whose relative priority is outside that range, silently.
     public init(rawClass: UInt32, relativePriority: Int32 = 0) {
       self.rawClass = rawClass
-      self.relativePriority = relativePriority
+      self.relativePriority = min(0, max(-15, relativePriority))
     }
 
     /// Work the user is waiting on to interact (`QOS_CLASS_USER_INTERACTIVE`).
@@ -91,7 +94,6 @@ public class Queue: DispatchObject, @unchecked Sendable {
     }
   }
 
-  @usableFromInline final let raw: OpaquePointer
   /// `frameExclusive` for serial queues, plus `Queue.globalFlag` / `mainFlag`.
   @usableFromInline final let flags: UInt
   /// The life cycle (inactive, active, suspended(n)), balanced in
@@ -112,18 +114,14 @@ public class Queue: DispatchObject, @unchecked Sendable {
   /// A `SerialQueue`: its executor jobs run isolated to it.
   @usableFromInline static let serialExecutorFlag: UInt = 16
 
-  /// The C queue, borrowed.
-  public final var unsafeObject: OpaquePointer { raw }
-
   /// Creates a serial or concurrent queue with a label, and optionally a quality of service and a target.
   ///
   /// - Parameters:
   ///   - label: A name shown in crash reports, messages and `label`.
   ///   - kind: `.serial` (the default) or `.concurrent`.
   ///   - qos: The quality-of-service class of the queue's work. A class
-  ///     that is not one of `QoS`'s or a relative priority outside -15...0
-  ///     stops the process with a message (libdispatch would drop the QoS
-  ///     without a word).
+  ///     that is not one of `QoS`'s stops the process with a message
+  ///     (libdispatch would drop the QoS without a word).
   ///   - target: The queue this queue's work is funneled through (by
   ///     default, the global queue of the queue's QoS). Set with
   ///     `dispatch_set_target_queue` after creation, so `setTarget(_:)` can
@@ -159,16 +157,16 @@ public class Queue: DispatchObject, @unchecked Sendable {
   /// Takes over a queue just created (its one reference).
   @inlinable
   init(created raw: OpaquePointer, flags: UInt, state: Lifecycle) {
-    self.raw = raw
     self.flags = flags
     self.state = Atomic(state)
+    super.init(raw: raw)
   }
 
   /// Wraps a global or the main queue (never released).
   init(unownedGlobal raw: OpaquePointer, flags: UInt) {
-    self.raw = raw
     self.flags = flags
     self.state = Atomic(.active)
+    super.init(raw: raw)
   }
 
   deinit {
@@ -183,7 +181,7 @@ public class Queue: DispatchObject, @unchecked Sendable {
     Libdispatch.release(raw)
   }
 
-  /// The serial queue bound to the main thread, drained by `dispatchMain()`.
+  /// The serial queue bound to the main thread, drained by `Queue.dispatchMain()`.
   ///
   /// The corresponding C function is `dispatch_get_main_queue`.
   public static let main: Queue = {
@@ -210,6 +208,29 @@ public class Queue: DispatchObject, @unchecked Sendable {
     case .default: globals[1]
     case .low: globals[2]
     case .background: globals[3]
+    }
+  }
+
+  /// The global concurrent queue of a quality-of-service class:
+  /// `.userInteractive`, `.userInitiated`, `.default`, `.utility` or
+  /// `.background` (`.unspecified` gives the default one). A global queue has
+  /// no relative priority: the class alone chooses it. libdispatch on Linux
+  /// has no user-interactive global queue: `.userInteractive` gives the
+  /// user-initiated one (as `dispatch_get_global_queue` does). A `rawClass` that is
+  /// no QoS class stops the process with a message (libdispatch would
+  /// return no queue).
+  ///
+  /// - Parameter qos: The class.
+  ///
+  /// The corresponding C function is `dispatch_get_global_queue` (with a `qos_class_t`).
+  public static func global(qos: QoS) -> Queue {
+    switch qos.rawClass {
+    case QoS.userInteractive.rawClass, QoS.userInitiated.rawClass: globals[0]
+    case QoS.utility.rawClass: globals[2]
+    case QoS.background.rawClass: globals[3]
+    case QoS.default.rawClass, QoS.unspecified.rawClass: globals[1]
+    default:
+      fatalError("GCD: Queue.global(qos:): 0x\(String(qos.rawClass, radix: 16)) is not a QoS class (QOS_CLASS_*)")
     }
   }
 
@@ -384,6 +405,38 @@ extension Queue {
   @inlinable
   public func asyncAndWaitBarrier<T, E: Error>(_ work: () throws(E) -> T) throws(E) -> T {
     try runAsyncAndWait(barrier: true, work)
+  }
+
+  /// `asyncAndWait` of a C function and its context: the function runs on
+  /// the queue (on the calling thread when the queue is idle, as
+  /// `dispatch_async_and_wait_f` does), inside the package's frame for the
+  /// queue, and the call returns once it has run. Nothing is allocated: the
+  /// frame's record is on the waiting caller's stack.
+  ///
+  /// Calling it onto a queue the current thread is already running on stops
+  /// the process with a message naming the queue (as `sync` does).
+  ///
+  /// The corresponding C function is `dispatch_async_and_wait_f`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
+  @inlinable
+  public func asyncAndWait(
+    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    checkReentrancy(barrier: false, operation: "asyncAndWait")
+    Libdispatch.asyncAndWaitInFrame(raw, flags, barrier: false, context, function)
+  }
+
+  /// `asyncAndWait(context:function:)` as a barrier: on a concurrent queue the
+  /// function waits for the work before it and runs alone.
+  ///
+  /// The corresponding C function is `dispatch_barrier_async_and_wait_f`.
+  @available(*, noasync, message: "blocks the thread; use `try await run { }` from async code")
+  @inlinable
+  public func asyncAndWaitBarrier(
+    context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
+  ) {
+    checkReentrancy(barrier: true, operation: "asyncAndWaitBarrier")
+    Libdispatch.asyncAndWaitInFrame(raw, frameExclusive, barrier: true, context, function)
   }
 
   @inlinable

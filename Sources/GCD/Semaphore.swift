@@ -19,8 +19,7 @@ import Synchronization
 /// the immutable C pointer and its async waiters behind a mutex.
 ///
 /// The corresponding C type is `dispatch_semaphore_t`.
-public final class Semaphore: DispatchObject, @unchecked Sendable {
-  @usableFromInline let raw: OpaquePointer
+public final class Semaphore: GCDObject, @unchecked Sendable {
   /// How many tasks wait in `waiters`: `signal()` takes the lock only when some are.
   @usableFromInline let asyncWaiterCount = Atomic<Int>(0)
   let waiters = Mutex(SemaphoreWaiters())
@@ -28,9 +27,6 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
   /// only ever decreases, so once a waiter has seen it at 0 it stays 0 and
   /// no thread or task blocks while units are held back here.
   let reserve: Atomic<Int>
-
-  /// The C semaphore, borrowed.
-  public var unsafeObject: OpaquePointer { raw }
 
   /// Creates a semaphore with `value` units available.
   ///
@@ -44,8 +40,8 @@ public final class Semaphore: DispatchObject, @unchecked Sendable {
         operation: "Semaphore(value: \(value))", errno: Errno.invalidArgument,
         detail: "the starting value must be zero or more")
     }
-    raw = Libdispatch.semaphore_create(0)
     reserve = Atomic(value)
+    super.init(raw: Libdispatch.semaphore_create(0))
   }
 
   /// Units a wait moves from `reserve` to the C semaphore at a time.

@@ -26,7 +26,7 @@ import Synchronization
 /// state is atomic (the life cycle) or behind a mutex (target, handlers).
 ///
 /// The corresponding C type is `dispatch_source_t`.
-public class Source: DispatchObject, @unchecked Sendable {
+public class Source: GCDObject, @unchecked Sendable {
   /// The user's cancel handler, as a closure or a C function.
   enum CancelHandler {
     case none
@@ -39,16 +39,12 @@ public class Source: DispatchObject, @unchecked Sendable {
     var handlers: SourceHandlers?
   }
 
-  @usableFromInline final let raw: OpaquePointer
   /// Started, suspended(n), cancelled: balanced in `deinit`.
   @usableFromInline final let lifecycle: Atomic<Lifecycle>
   /// The target queue, and what the handler blocks share (made on first use).
   final let shared: Mutex<Shared>
   /// Called once when the source is first started (before activation).
   @usableFromInline final let onActivate: (@Sendable () -> Void)?
-
-  /// The C source, borrowed.
-  public final var unsafeObject: OpaquePointer { raw }
 
   /// Creates a C source, inactive, whose handlers run on `queue`.
   ///
@@ -108,7 +104,6 @@ public class Source: DispatchObject, @unchecked Sendable {
     created: OpaquePointer, queue: Queue,
     ownedCleanup: (@Sendable () -> Void)? = nil, onActivate: (@Sendable () -> Void)? = nil
   ) {
-    raw = created
     lifecycle = Atomic(.inactive)
     self.onActivate = onActivate
     if let ownedCleanup {
@@ -118,6 +113,7 @@ public class Source: DispatchObject, @unchecked Sendable {
     } else {
       shared = Mutex(Shared(target: queue, handlers: nil))
     }
+    super.init(raw: created)
   }
 
   /// Leaves the C source in a state libdispatch can release (cancelled,

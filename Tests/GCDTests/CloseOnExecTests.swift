@@ -61,7 +61,7 @@ private func startChildWhileEverySourceRuns() -> Never {
     source.resume()
   }
   childCheck(registered.wait(), "\(registered.count) sources did not register")
-  // Queue.main's wake-up descriptor, which dispatchMain() polls.
+  // Queue.main's wake-up descriptor, which Queue.dispatchMain() polls.
   let mainQueueWork = Event()
   Queue.main.async { mainQueueWork.signal() }
 

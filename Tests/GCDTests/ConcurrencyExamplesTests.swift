@@ -39,7 +39,7 @@ struct ConcurrencyExamplesTests {
     run.expect("child exit status: 7")
   }
 
-  @Test("MainActorThread: with dispatchMain { }, main-actor code after each await runs on the main thread")
+  @Test("MainActorThread: with Queue.dispatchMain { }, main-actor code after each await runs on the main thread")
   func mainActorThread() async throws {
     let run = try await ExampleRun("MainActorThread")
     run.expect("after await run: main thread: true")

@@ -1,5 +1,6 @@
-import GCD
 import Testing
+
+@testable import GCD
 
 @Suite("Deadline")
 struct DeadlineTests {
@@ -122,10 +123,10 @@ struct DeadlineTests {
     #expect(Deadline(rawValue: 42) != Deadline(rawValue: 43))
   }
 
-  // MARK: - Duration.clampedNanoseconds
+  // MARK: - Duration.saturatingNanoseconds (internal: the one conversion every Duration goes through)
 
   @Test(
-    "clampedNanoseconds converts exactly inside Int64's range",
+    "saturatingNanoseconds converts exactly inside Int64's range",
     arguments: [
       (Duration.zero, Int64(0)),
       (.nanoseconds(1), 1),
@@ -139,20 +140,20 @@ struct DeadlineTests {
       (.seconds(9_223_372_036), 9_223_372_036_000_000_000),
       (.seconds(-9_223_372_036), -9_223_372_036_000_000_000),
     ])
-  func clampedNanosecondsExact(duration: Duration, nanoseconds: Int64) {
-    #expect(duration.clampedNanoseconds == nanoseconds)
+  func saturatingNanosecondsExact(duration: Duration, nanoseconds: Int64) {
+    #expect(duration.saturatingNanoseconds == nanoseconds)
   }
 
-  @Test("clampedNanoseconds truncates sub-nanosecond parts toward zero")
-  func clampedNanosecondsTruncates() {
-    #expect(Duration(secondsComponent: 0, attosecondsComponent: 999_999_999).clampedNanoseconds == 0)
-    #expect(Duration(secondsComponent: 0, attosecondsComponent: 1_999_999_999).clampedNanoseconds == 1)
-    #expect(Duration(secondsComponent: 0, attosecondsComponent: -1_999_999_999).clampedNanoseconds == -1)
-    #expect((Duration.nanoseconds(5) / 2).clampedNanoseconds == 2)
+  @Test("saturatingNanoseconds truncates sub-nanosecond parts toward zero")
+  func saturatingNanosecondsTruncates() {
+    #expect(Duration(secondsComponent: 0, attosecondsComponent: 999_999_999).saturatingNanoseconds == 0)
+    #expect(Duration(secondsComponent: 0, attosecondsComponent: 1_999_999_999).saturatingNanoseconds == 1)
+    #expect(Duration(secondsComponent: 0, attosecondsComponent: -1_999_999_999).saturatingNanoseconds == -1)
+    #expect((Duration.nanoseconds(5) / 2).saturatingNanoseconds == 2)
   }
 
   @Test(
-    "clampedNanoseconds clamps outside Int64's range instead of trapping",
+    "saturatingNanoseconds clamps outside Int64's range instead of trapping",
     arguments: [
       (Duration.seconds(Int64.max), Int64.max),
       (.seconds(Int64.min), Int64.min),
@@ -163,8 +164,8 @@ struct DeadlineTests {
       (Duration(secondsComponent: 9_223_372_036, attosecondsComponent: 999_999_999_999_999_999), Int64.max),
       (Duration(secondsComponent: -9_223_372_036, attosecondsComponent: -999_999_999_999_999_999), Int64.min),
     ])
-  func clampedNanosecondsClamps(duration: Duration, nanoseconds: Int64) {
-    #expect(duration.clampedNanoseconds == nanoseconds)
+  func saturatingNanosecondsClamps(duration: Duration, nanoseconds: Int64) {
+    #expect(duration.saturatingNanoseconds == nanoseconds)
   }
 
   // MARK: - Every entry point that takes a Duration saturates (issue 17)
@@ -206,5 +207,28 @@ struct DeadlineTests {
     timer.resume()
     #expect(fired.wait(timeout: never ? briefTimeout : generousTimeout) != never)
     timer.cancel()
+  }
+}
+
+// MARK: - Comparable
+
+extension DeadlineTests {
+  @Test("deadlines on one clock order by time, forever last; the order is total")
+  func ordering() {
+    let now = Deadline.now
+    #expect(now < now + .milliseconds(1))
+    #expect(now - .seconds(1) < now)
+    #expect(!(now < now) && now <= now)
+    #expect(now + .seconds(Int64.max) == .forever, "saturated: no later deadline than forever")
+    #expect(now < .forever && Deadline.wallClock() < .forever)
+    let wall = Deadline.wallClock(secondsSinceEpoch: 1_000_000_000)
+    #expect(wall < Deadline.wallClock(secondsSinceEpoch: 1_000_000_001))
+    #expect(wall < Deadline.wallClock())
+    let mixed = [Deadline.forever, wall, now + .seconds(5), now, Deadline.wallClock()]
+    let sorted = mixed.sorted()
+    #expect(sorted.last == .forever)
+    #expect(sorted.firstIndex(of: now)! < sorted.firstIndex(of: now + .seconds(5))!)
+    #expect(sorted.firstIndex(of: wall)! < sorted.firstIndex(of: .forever)!)
+    #expect(mixed.max() == .forever && mixed.min().map { $0 == now || $0 == wall } == true)
   }
 }

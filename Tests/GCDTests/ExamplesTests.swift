@@ -143,7 +143,7 @@ struct ExamplesTests {
   @Test func mainQueue() async throws {
     let run = try await ExampleRun("MainQueue")
     run.expectOrder(
-      "blocks run before the main queue is drained: 0 of 12", "the main thread calls dispatchMain()",
+      "blocks run before the main queue is drained: 0 of 12", "the main thread calls Queue.dispatchMain()",
       "block 1 runs on ")
     for producer in 1...3 {
       run.expectOrder((1...4).map { "com.example.Producer\(producer) block \($0) runs on the main thread" })

@@ -132,10 +132,10 @@ private func probeFrame(_ context: UnsafeMutableRawPointer?) {
 
 /// The `context:function:` forms that submit work to a queue.
 enum FunctionForm: String, CaseIterable, CustomTestStringConvertible {
-  case async, asyncBarrier, sync, syncBarrier, after, groupAsync, groupNotify
+  case async, asyncBarrier, sync, syncBarrier, asyncAndWait, asyncAndWaitBarrier, after, groupAsync, groupNotify
 
   var testDescription: String { rawValue }
-  var needsConcurrent: Bool { self == .asyncBarrier || self == .syncBarrier }
+  var needsConcurrent: Bool { self == .asyncBarrier || self == .syncBarrier || self == .asyncAndWaitBarrier }
 
   func submit(_ probe: FrameProbe, on queue: Queue) {
     switch self {
@@ -143,6 +143,8 @@ enum FunctionForm: String, CaseIterable, CustomTestStringConvertible {
     case .asyncBarrier: queue.asyncBarrier(context: probe.pointer, function: probeFrame)
     case .sync: blocking { queue.sync(context: probe.pointer, function: probeFrame) }
     case .syncBarrier: blocking { queue.syncBarrier(context: probe.pointer, function: probeFrame) }
+    case .asyncAndWait: blocking { queue.asyncAndWait(context: probe.pointer, function: probeFrame) }
+    case .asyncAndWaitBarrier: blocking { queue.asyncAndWaitBarrier(context: probe.pointer, function: probeFrame) }
     case .after: queue.after(deadline: .now + .milliseconds(1), context: probe.pointer, function: probeFrame)
     case .groupAsync: Group().async(on: queue, context: probe.pointer, function: probeFrame)
     case .groupNotify: Group().notify(on: queue, context: probe.pointer, function: probeFrame)

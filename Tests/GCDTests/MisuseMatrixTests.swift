@@ -20,7 +20,7 @@ import Testing
 /// or suspended with work queued, from inside their own work; unbalanced
 /// resume; bad targets), GroupTests (unmatched enter, leave without enter),
 /// SemaphoreTests (below its starting value), ReentrancyTests (re-entrant
-/// sync) and DispatchObjectTests (finalizers after a drop with work queued).
+/// sync) and GCDObjectTests (finalizers after a drop with work queued).
 @Suite("Misuse matrix")
 struct MisuseMatrixTests {
   // MARK: - Sources: states that must not trap

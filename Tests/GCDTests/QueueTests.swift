@@ -101,6 +101,46 @@ struct QueueTests {
     #expect(Queue.global(priority).qos.rawClass == qos.rawClass)
   }
 
+  @Test(
+    "Queue.global(qos:) is the global queue of the class; the classes a Priority names give the same queue",
+    arguments: [
+      (Queue.QoS.userInitiated, Queue.Priority.high), (.default, .default), (.unspecified, .default),
+      (.utility, .low), (.background, .background),
+    ])
+  func globalQueueByQoS(qos: Queue.QoS, priority: Queue.Priority) {
+    #expect(Queue.global(qos: qos) === Queue.global(priority))
+    #expect(Queue.global(qos: qos.relative(-8)) === Queue.global(priority), "a global queue has no relative priority")
+  }
+
+  @Test("Queue.global(qos: .userInteractive) is the user-initiated global queue on Linux, as in C, and runs work")
+  func userInteractiveGlobalQueue() {
+    let queue = Queue.global(qos: .userInteractive)
+    #expect(queue === Queue.global(.high))
+    #expect(queue.label == "com.apple.root.user-initiated-qos")
+    let ran = Event()
+    queue.async { ran.signal() }
+    #expect(ran.wait())
+  }
+
+  @Test("Queue.global(qos:) with a raw value that is no QoS class stops with a message naming it")
+  func globalQueueByUnknownClass() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      _ = Queue.global(qos: Queue.QoS(rawClass: 0x42))
+    }
+    #expect(standardError(of: result).contains("Queue.global(qos:): 0x42 is not a QoS class"))
+  }
+
+  @Test("QoS(rawClass:relativePriority:) clamps the relative priority to -15...0, as relative(_:) does")
+  func qosInitializerClamps() {
+    #expect(Queue.QoS(rawClass: Queue.QoS.utility.rawClass, relativePriority: -40).relativePriority == -15)
+    #expect(Queue.QoS(rawClass: Queue.QoS.utility.rawClass, relativePriority: 7).relativePriority == 0)
+    #expect(Queue.QoS(rawClass: Queue.QoS.utility.rawClass, relativePriority: -40) == .utility.relative(-15))
+    // Before the clamp, -40 reached dispatch_queue_attr_make_with_qos_class, which then dropped the
+    // whole QoS silently: the queue reported unspecified.
+    let queue = Queue(label: "qos.clamped", qos: Queue.QoS(rawClass: Queue.QoS.utility.rawClass, relativePriority: -40))
+    #expect(queue.qos == .utility.relative(-15))
+  }
+
   @Test("the global queues of different priorities are different queues")
   func globalQueuesDiffer() {
     let labels = Set(Queue.Priority.allCases.map { Queue.global($0).label })
@@ -131,7 +171,7 @@ struct QueueTests {
   }
 
   // The test runner's entry point is an `async` main, which ends in
-  // libdispatch's `dispatch_main()` (not this package's `dispatchMain()`,
+  // libdispatch's `dispatch_main()` (not this package's `Queue.dispatchMain()`,
   // which drains the main queue on the main thread). On Linux that parks the
   // main thread for good (libdispatch calls `pthread_exit` on it) and turns
   // the main queue into an ordinary serial queue drained by worker threads:
@@ -556,6 +596,20 @@ struct QueueTests {
     #expect(call.count.current == 1)
     queue.syncBarrier(context: call.pointer, function: recordCall)
     #expect(call.count.current == 2)
+  }
+
+  @Test("asyncAndWait(context:function:) and its barrier form call the function on the queue before returning")
+  func asyncAndWaitFunction() {
+    let queue = Queue(label: "async-and-wait.f", kind: .concurrent)
+    let call = FunctionCall()
+    queue.asyncAndWait(context: call.pointer, function: recordCall)
+    #expect(call.count.current == 1)
+    let finished = Counter()
+    for _ in 0..<50 { queue.async { finished.increment() } }
+    let barrier = FunctionCall(observing: finished)
+    queue.asyncAndWaitBarrier(context: barrier.pointer, function: recordCall)
+    #expect(barrier.count.current == 1)
+    #expect(barrier.observed.withLock { $0 } == 50, "the barrier ran after the 50 items before it")
   }
 
   @Test("after(deadline:context:function:) calls the function no earlier than the deadline")
@@ -1011,12 +1065,12 @@ extension QueueTests {
     #expect(released.wait())
   }
 
-  @Test("dispatchMain() called off the main thread stops with a message")
+  @Test("Queue.dispatchMain() called off the main thread stops with a message")
   func dispatchMainOffMainThread() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      dispatchMain()
+      Queue.dispatchMain()
     }
-    #expect(standardError(of: result).contains("dispatchMain() must be called on the main thread"))
+    #expect(standardError(of: result).contains("Queue.dispatchMain() must be called on the main thread"))
   }
 }
 

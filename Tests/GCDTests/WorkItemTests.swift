@@ -532,18 +532,20 @@ struct WorkItemTests {
     #expect(TimerSource.Flags.strict.rawValue == UInt(DISPATCH_TIMER_STRICT))
   }
 
-  @Test("an unknown flag or an invalid QoS stops with a message naming WorkItem")
+  @Test("an unknown flag or a QoS class libdispatch does not know stops with a message naming WorkItem")
   func invalidOptionsStop() async {
     let flag = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       _ = WorkItem(flags: WorkItem.Flags(rawValue: 0x40)) {}
     }
     let flagText = standardError(of: flag)
     #expect(flagText.contains("GCD: WorkItem(flags: [0x40])"), "\(flagText)")
-    let relative = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      _ = WorkItem(qos: Queue.QoS(rawClass: 0x19, relativePriority: -16)) {}
+    let unknownClass = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      _ = WorkItem(qos: Queue.QoS(rawClass: 0x42)) {}
     }
-    let relativeText = standardError(of: relative)
-    #expect(relativeText.contains("relative -16"), "\(relativeText)")
+    let classText = standardError(of: unknownClass)
+    #expect(classText.contains("GCD: WorkItem(qos: class 0x42"), "\(classText)")
+    // A relative priority outside -15...0 cannot be made any more: `QoS` clamps it.
+    #expect(Queue.QoS(rawClass: 0x19, relativePriority: -16).relativePriority == -15)
   }
 
   // MARK: Dropping

@@ -128,6 +128,12 @@ __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintp
 void cgcd_sync_function(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
                         void (*function)(void *_Nullable));
 
+/// `dispatch_async_and_wait_f` / `dispatch_barrier_async_and_wait_f` of a C function, inside a
+/// frame for `queue` linked to the caller's chain (as `cgcd_sync_function`); the record lives on
+/// the caller's stack, which waits.
+void cgcd_async_and_wait_function(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
+                                  void (*function)(void *_Nullable));
+
 extern void cgcd_dispatch_sync_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))
     __asm__("dispatch_sync_f");
 extern void cgcd_dispatch_barrier_sync_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))
@@ -220,7 +226,7 @@ int cgcd_o_path(void);
 /// libdispatch's run-loop interface, exported for CoreFoundation but not
 /// declared in its headers: the main queue's wake-up descriptor (an eventfd
 /// on Linux) and the function that drains the main queue on the calling
-/// thread. `dispatchMain()` uses them to drain the main queue on the main
+/// thread. `Queue.dispatchMain()` uses them to drain the main queue on the main
 /// thread, where libdispatch's own `dispatch_main` would end that thread.
 extern int cgcd_main_queue_handle(void) __asm__("_dispatch_get_main_queue_handle_4CF");
 extern void cgcd_main_queue_callback(void *_Nullable message) __asm__("_dispatch_main_queue_callback_4CF");

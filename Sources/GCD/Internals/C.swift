@@ -74,18 +74,6 @@ enum Libdispatch {
   ) {
     dispatch_after_f(when, queue, context, work)
   }
-  /// `dispatch_async_and_wait_f` (through CGCD: not declared in the headers).
-  @inlinable static func async_and_wait_f(
-    _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
-  ) {
-    cgcd_async_and_wait_f(UnsafeMutableRawPointer(queue), context, work)
-  }
-  /// `dispatch_barrier_async_and_wait_f` (through CGCD: not declared in the headers).
-  @inlinable static func barrier_async_and_wait_f(
-    _ queue: OpaquePointer, _ context: UnsafeMutableRawPointer?, _ work: Function
-  ) {
-    cgcd_barrier_async_and_wait_f(UnsafeMutableRawPointer(queue), context, work)
-  }
   @inlinable static func queue_get_specific(_ queue: OpaquePointer, _ key: UnsafeRawPointer) -> UnsafeMutableRawPointer?
   {
     dispatch_queue_get_specific(queue, key)
@@ -127,13 +115,13 @@ enum Libdispatch {
   /// Drains the main queue on the calling thread forever, the way a run
   /// loop does: waits on the main queue's wake-up descriptor and runs the
   /// queued work (libdispatch's run-loop interface, through CGCD; see
-  /// `dispatchMain()`).
+  /// `Queue.dispatchMain()`).
   static func drainMainQueueForever() -> Never {
     let descriptor = cgcd_main_queue_handle()
     var count: UInt64 = 0
     while true {
       guard system_waitReadable(descriptor) else {
-        fatalError("GCD: dispatchMain(): poll on the main queue's descriptor failed (errno \(system_errno))")
+        fatalError("GCD: Queue.dispatchMain(): poll on the main queue's descriptor failed (errno \(system_errno))")
       }
       _ = system_read(descriptor, &count, MemoryLayout<UInt64>.size)  // resets the eventfd; EAGAIN is fine
       cgcd_main_queue_callback(nil)
@@ -367,6 +355,13 @@ extension Libdispatch {
     _ queue: OpaquePointer, _ flags: UInt, barrier: Bool, _ context: UnsafeMutableRawPointer?, _ work: Function
   ) {
     cgcd_sync_function(UnsafeMutableRawPointer(queue), flags, barrier ? 1 : 0, context, work)
+  }
+  /// `dispatch_async_and_wait_f` / `dispatch_barrier_async_and_wait_f` of `work`, inside a frame
+  /// for `queue` linked to the caller's chain.
+  @inlinable static func asyncAndWaitInFrame(
+    _ queue: OpaquePointer, _ flags: UInt, barrier: Bool, _ context: UnsafeMutableRawPointer?, _ work: Function
+  ) {
+    cgcd_async_and_wait_function(UnsafeMutableRawPointer(queue), flags, barrier ? 1 : 0, context, work)
   }
   /// `syncInFrame` for a thread with no frame, onto a queue whose work runs on the calling thread.
   @inlinable static func syncInFrameHere(

@@ -220,9 +220,9 @@ final class MemoryPressureWatcher: KernelWatcher {
   /// yet started); it releases itself when cancelled.
   private func makeTimer() -> Timer? {
     guard let source = Libdispatch.source_create(.timer, 0, 0, PressureTrigger.queue.raw) else { return nil }
-    let nanoseconds = UInt64(window.clampedNanoseconds)
+    let nanoseconds = UInt64(window.saturatingNanoseconds)
     Libdispatch.source_set_timer(
-      source, Libdispatch.time(0, window.clampedNanoseconds), nanoseconds, nanoseconds / 20)
+      source, Libdispatch.time(0, window.saturatingNanoseconds), nanoseconds, nanoseconds / 20)
     Libdispatch.source_set_event_handler(source) { [weak self] in self?.check() }
     Libdispatch.source_set_cancel_handler(source) { Libdispatch.release(source) }
     return Timer(source: source)

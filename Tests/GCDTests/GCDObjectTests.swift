@@ -4,19 +4,19 @@ import Synchronization
 import Testing
 
 /// The context slot and the finalizer that every wrapper exposes through
-/// `DispatchObject`.
+/// `GCDObject`.
 ///
 /// libdispatch's rule: when the last reference to an object goes, the
 /// finalizer is called once, with the context, by `dispatch_async_f` onto
 /// the object's target queue (for groups and semaphores the default global
 /// queue) — so always asynchronously — and only when both the finalizer and
 /// the context are non-nil at that moment.
-@Suite("DispatchObject")
-struct DispatchObjectTests {
+@Suite("GCDObject")
+struct GCDObjectTests {
   enum Kind: String, CaseIterable, Sendable {
     case serialQueue, concurrentQueue, inactiveQueue, targetedQueue, group, semaphore
 
-    func make(target: Queue? = nil) -> any DispatchObject {
+    func make(target: Queue? = nil) -> GCDObject {
       switch self {
       case .serialQueue: Queue(label: "object.serial", target: target)
       case .concurrentQueue: Queue(label: "object.concurrent", kind: .concurrent, target: target)
