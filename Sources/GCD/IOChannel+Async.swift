@@ -10,21 +10,29 @@ extension IOChannel {
   /// reads on from where the previous call stopped. Do not mix this with
   /// ``read(offset:length:queue:handler:)`` on the same stream channel.
   ///
-  /// Cancelling the waiting task stops the channel (as ``close(stop:)``
-  /// does, since the bytes in flight cannot be given back to the stream)
-  /// and throws `CancellationError`; later calls throw `ECANCELED`.
+  /// Cancelling the waiting task stops the channel's reads (the bytes in
+  /// flight cannot be given back to the stream) and throws `GCDError` with
+  /// `ECANCELED`; later calls throw `ECANCELED` too. The writes go on: a
+  /// descriptor open for reading and writing (a socket) writes through a C
+  /// channel of its own, which the cancellation leaves alone.
   ///
   /// - Parameter maximumLength: The most bytes to return (0 returns an empty buffer at once).
   /// - Returns: Between 1 and `maximumLength` bytes, or none at end of file.
-  /// - Throws: `GCDError` with the errno of a failed read (`ECONNRESET`,
-  ///   `ECANCELED` after a stop, `EBUSY` when another `read(upTo:)` is
-  ///   waiting), or `CancellationError`.
+  /// - Throws: `GCDError` with the errno of a failed read (`ECONNRESET`;
+  ///   `ECANCELED` when the task was cancelled or after a stop; `EBUSY` when
+  ///   another `read(upTo:)` is waiting; `EINVAL` for a negative length).
   ///
   /// The corresponding C function is `dispatch_io_read`.
-  public func read(upTo maximumLength: Int) async throws -> DispatchBuffer {
-    guard maximumLength >= 0 else {
-      throw GCDError(operation: "IOChannel.read(upTo: \(maximumLength))", errno: Errno.invalidArgument)
-    }
+  public func read(upTo maximumLength: Int) async throws(GCDError) -> DispatchBuffer {
+    try await read(upTo: maximumLength, isolation: #isolation)
+  }
+
+  /// `read(upTo:)`, waiting in `actor`'s isolation (for `Chunks`' `next(isolation:)`).
+  func read(upTo maximumLength: Int, isolation actor: isolated (any Actor)?) async throws(GCDError)
+    -> DispatchBuffer
+  {
+    let operation = "IOChannel.read(upTo: \(maximumLength))"
+    guard maximumLength >= 0 else { throw GCDError(operation: operation, errno: Errno.invalidArgument) }
     let reader = self.reader
     var busy = false
     await withTaskCancellationHandler {
@@ -38,17 +46,18 @@ extension IOChannel {
     } onCancel: {
       perform(reader.state.withLock { $0.cancel() }, reader)
     }
-    do {
-      if busy { throw ReadFailure.errno(Errno.busy) }
-      return try reader.state.withLock { $0.takeHandoff() }.get()
-    } catch let failure as ReadFailure {
-      switch failure {
-      case .cancelled: throw CancellationError()
-      case .errno(let error):
-        throw GCDError(
-          operation: "IOChannel.read(upTo: \(maximumLength))", errno: error,
-          detail: error == Errno.busy ? "another read(upTo:) of this channel is waiting" : nil)
-      }
+    if busy {
+      throw GCDError(
+        operation: operation, errno: Errno.busy, detail: "another read(upTo:) of this channel is waiting")
+    }
+    switch reader.state.withLock({ $0.takeHandoff() }) {
+    case .success(let bytes): return bytes
+    case .failure(.cancelled):
+      throw GCDError(operation: operation, errno: Errno.canceled, detail: "the task was cancelled")
+    case .failure(.errno(let error)):
+      throw GCDError(
+        operation: operation, errno: error,
+        detail: error == Errno.busy ? "another read(upTo:) of this channel is waiting" : nil)
     }
   }
 
@@ -57,7 +66,7 @@ extension IOChannel {
     switch action {
     case .none: break
     case .wake(let continuation), .busy(let continuation): continuation.resume()
-    case .stop: close(stop: true)
+    case .stop: stopReads()
     case .read(let offset, let length):
       guard let raw else {
         let (resume, _) = reader.state.withLock { $0.delivered(done: true, data: nil, error: failure) }
@@ -88,14 +97,16 @@ extension IOChannel {
 
   /// Writes `data` and returns once all of it is written.
   ///
-  /// Cancelling the waiting task stops the channel and throws `CancellationError`.
+  /// Cancelling the waiting task stops the channel's writes and throws
+  /// `GCDError` with `ECANCELED`. The reads go on: a descriptor open for
+  /// reading and writing (a socket) writes through a C channel of its own.
   ///
   /// - Parameter data: The bytes to write.
   /// - Throws: `GCDError` with the errno of the failed write (`EPIPE` when
-  ///   the reader is gone, `ECANCELED` after a stop), or `CancellationError`.
+  ///   the reader is gone; `ECANCELED` when the task was cancelled or after a stop).
   ///
   /// The corresponding C function is `dispatch_io_write`.
-  public func write(_ data: DispatchBuffer) async throws {
+  public func write(_ data: DispatchBuffer) async throws(GCDError) {
     let cancelled = Atomic(false)
     let error: Int32 = await withTaskCancellationHandler {
       await withCheckedContinuation { continuation in
@@ -105,20 +116,22 @@ extension IOChannel {
       }
     } onCancel: {
       cancelled.store(true, ordering: .sequentiallyConsistent)
-      close(stop: true)
+      stopWrites()
     }
     if error == 0 { return }
-    if error == Errno.canceled && cancelled.load(ordering: .sequentiallyConsistent) { throw CancellationError() }
-    throw GCDError(operation: "IOChannel.write(\(data.count) bytes)", errno: error)
+    let byCancel = error == Errno.canceled && cancelled.load(ordering: .sequentiallyConsistent)
+    throw GCDError(
+      operation: "IOChannel.write(\(data.count) bytes)", errno: error, detail: byCancel ? "the task was cancelled" : nil
+    )
   }
 
   /// Writes a copy of `bytes` and returns once all of it is written.
   ///
   /// - Parameter bytes: The bytes to write.
-  /// - Throws: `GCDError` with the errno of the failed write, or `CancellationError`.
+  /// - Throws: `GCDError` with the errno of the failed write (`ECANCELED` when the task was cancelled).
   ///
   /// The corresponding C function is `dispatch_io_write`.
-  public func write(_ bytes: [UInt8]) async throws { try await write(DispatchBuffer(bytes)) }
+  public func write(_ bytes: [UInt8]) async throws(GCDError) { try await write(DispatchBuffer(bytes)) }
 
   /// The bytes of a stream channel as they arrive, in chunks of at most
   /// `maximumLength` bytes, until end of file.
@@ -128,11 +141,13 @@ extension IOChannel {
   /// a slow consumer holds at most that much in memory (lower the
   /// channel's high-water mark to make each delivery smaller). Leaving the
   /// loop early — `break`, a thrown error, a cancelled task — stops the
-  /// channel (``close(stop:)``); after the end of file the channel stays
-  /// open, for example to write an answer on a half-closed socket.
+  /// channel's reads (its writes go on, as for a cancelled
+  /// ``read(upTo:)``); after the end of file the channel stays open, for
+  /// example to write an answer on a half-closed socket.
   ///
   /// - Parameter maximumLength: The most bytes per chunk.
-  /// - Returns: A sequence of non-empty buffers.
+  /// - Returns: A sequence of non-empty buffers; it throws what
+  ///   ``read(upTo:)`` throws.
   ///
   /// The corresponding C function is `dispatch_io_read`.
   public func chunks(maximumLength: Int = 64 * 1024) -> Chunks { Chunks(channel: self, maximumLength: maximumLength) }
@@ -141,18 +156,30 @@ extension IOChannel {
   public struct Chunks: AsyncSequence, Sendable {
     /// A chunk of bytes.
     public typealias Element = DispatchBuffer
+    /// What the iteration throws: the errors of ``IOChannel/read(upTo:)``.
+    public typealias Failure = GCDError
     let channel: IOChannel
     let maximumLength: Int
 
-    /// Reads the chunks; dropping it before the end stops the channel.
+    /// Reads the chunks; dropping it before the end stops the channel's reads.
     public struct AsyncIterator: AsyncIteratorProtocol {
       let owner: StopOnRelease
 
       /// The next chunk, or nil at end of file.
-      public mutating func next() async throws -> DispatchBuffer? {
+      public mutating func next() async throws(GCDError) -> DispatchBuffer? {
+        try await next(isolation: nil)
+      }
+
+      /// The next chunk, or nil at end of file, waited for in the caller's
+      /// isolation (`for try await` passes it).
+      ///
+      /// - Parameter actor: The caller's actor (`#isolation`).
+      public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async throws(GCDError)
+        -> DispatchBuffer?
+      {
         if owner.finished.load(ordering: .acquiring) { return nil }
         do {
-          let chunk = try await owner.channel.read(upTo: owner.maximumLength)
+          let chunk = try await owner.channel.read(upTo: owner.maximumLength, isolation: actor)
           if chunk.isEmpty {
             owner.finished.store(true, ordering: .releasing)
             return nil
@@ -171,8 +198,8 @@ extension IOChannel {
     }
   }
 
-  /// Stops the channel when the last copy of an iterator is gone before
-  /// the end (end of file or an error), so that no read is left waiting.
+  /// Stops the channel's reads when the last copy of an iterator is gone
+  /// before the end (end of file or an error), so that no read is left waiting.
   final class StopOnRelease: Sendable {
     let channel: IOChannel
     let maximumLength: Int
@@ -181,6 +208,6 @@ extension IOChannel {
       self.channel = channel
       self.maximumLength = max(maximumLength, 1)
     }
-    deinit { if !finished.load(ordering: .acquiring) { channel.close(stop: true) } }
+    deinit { if !finished.load(ordering: .acquiring) { channel.stopReads() } }
   }
 }

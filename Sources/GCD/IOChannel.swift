@@ -469,6 +469,21 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     eachChannel { Libdispatch.io_close($0, stop ? Libdispatch.ioStop : 0) }
   }
 
+  /// Stops the reads alone, for a cancelled `read(upTo:)` or a `chunks` loop
+  /// left early: on a descriptor open for reading and writing the writes
+  /// have their own C channel (`writer`), which goes on; otherwise `raw`
+  /// carries one direction only.
+  func stopReads() {
+    if let raw { Libdispatch.io_close(raw, Libdispatch.ioStop) }
+  }
+
+  /// Stops the writes alone, for a cancelled `write(_:)`: the writes' own C
+  /// channel when there is one, otherwise `raw` (which then carries one
+  /// direction only).
+  func stopWrites() {
+    if let channel = writer ?? raw { Libdispatch.io_close(channel, Libdispatch.ioStop) }
+  }
+
   // MARK: One-shot operations
 
   /// Reads up to `length` bytes from a descriptor, once, without a channel

@@ -83,7 +83,9 @@ public final class ProcSource: Source, @unchecked Sendable {
   ///   never existed, or it has exited and been reaped); `EMFILE` naming
   ///   `pidfd_open` or `epoll_create1` when no descriptor is left; `ENOTSUP` for
   ///   `.fork`, `.exec` and `.signal`, which Linux cannot deliver to an
-  ///   unprivileged process; `EINVAL` for a pid below 1 or unknown bits.
+  ///   unprivileged process; `EINVAL` for a pid below 1. Bits beside
+  ///   `ProcEvents`' four stop the process with a message (a programmer
+  ///   error, as for `TimerSource.Flags` and `WorkItem.Flags`).
   ///
   /// - Parameters:
   ///   - pid: The process to watch (a `pid_t`).
@@ -93,10 +95,11 @@ public final class ProcSource: Source, @unchecked Sendable {
   /// The corresponding C function is `dispatch_source_create`.
   public init(pid: Int32, events: ProcEvents = .exit, queue: Queue) throws(GCDError) {
     let operation = "ProcSource(pid: \(pid), events: \(events))"
-    guard events.isSubset(of: .all) else {
-      throw GCDError(
-        operation: operation, errno: Errno.invalidArgument,
-        detail: "unknown event bits 0x\(String(events.subtracting(.all).rawValue, radix: 16))")
+    if !events.isSubset(of: .all) {
+      // A programmer error, as for every option set (docs/architecture.md, "Errors and misuse").
+      fatalError(
+        "GCD: \(operation): libdispatch knows no such process event"
+          + " (bits 0x\(String(events.subtracting(.all).rawValue, radix: 16)))")
     }
     let unsupported = events.subtracting(.exit)
     guard unsupported.isEmpty else {

@@ -12,16 +12,23 @@ extension Queue {
   /// microseconds); short awaited work is cheapest on a serial queue that
   /// targets a global queue, or on a global queue.
   ///
+  /// `work` and its result are `sending`: they may be non-`Sendable`
+  /// (a class instance made for the work, or handed to it and not used
+  /// meanwhile), since the caller is suspended while the work runs and the
+  /// result is handed to it alone. A `@Sendable` closure and a `Sendable`
+  /// result are accepted as before.
+  ///
   /// - Parameter work: The closure to run on the queue.
   /// - Returns: What `work` returns.
   ///
   /// The corresponding C function is `dispatch_async_f`.
-  public final func run<T: Sendable, E: Error>(_ work: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
-    let result = await withUnsafeContinuation { (continuation: UnsafeContinuation<Result<T, E>, Never>) in
-      let box = AwaitedWorkOf(queue: raw, flags: flags, work: work, continuation: continuation)
+  public final func run<T, E: Error>(_ work: sending @escaping () throws(E) -> T) async throws(E) -> sending T {
+    let sent = Handoff(value: work)
+    let outcome = await withUnsafeContinuation { (continuation: UnsafeContinuation<Handoff<Result<T, E>>, Never>) in
+      let box = AwaitedWorkOf(queue: raw, flags: flags, work: sent.value, continuation: continuation)
       Libdispatch.async_f(raw, Unmanaged<AwaitedWork>.passRetained(box).toOpaque()) { AwaitedWork.run($0) }
     }
-    return try result.get()
+    return try outcome.value.get()
   }
 }
 
@@ -45,13 +52,24 @@ class AwaitedWork: @unchecked Sendable {  // immutable after init; the subclass'
   }
 }
 
-final class AwaitedWorkOf<T: Sendable, E: Error>: AwaitedWork, @unchecked Sendable {  // as AwaitedWork
-  let work: @Sendable () throws(E) -> T
-  let continuation: UnsafeContinuation<Result<T, E>, Never>
+/// A value that crosses between the awaiting task and the queue's thread:
+/// `run`'s closure on the way there, its result on the way back. Both are
+/// `sending`, so nothing else holds them, and the task is suspended
+/// meanwhile: one side at a time touches the value.
+struct Handoff<Value>: @unchecked Sendable {
+  let value: Value
+}
+
+/// `@unchecked Sendable`: the closure is `sending` (no one else holds it)
+/// and is touched only by `perform`, once, on the queue's thread, while the
+/// awaiting task is suspended; it is released there before the task resumes.
+final class AwaitedWorkOf<T, E: Error>: AwaitedWork, @unchecked Sendable {
+  private var work: (() throws(E) -> T)?
+  let continuation: UnsafeContinuation<Handoff<Result<T, E>>, Never>
 
   init(
-    queue: OpaquePointer, flags: UInt, work: @escaping @Sendable () throws(E) -> T,
-    continuation: UnsafeContinuation<Result<T, E>, Never>
+    queue: OpaquePointer, flags: UInt, work: @escaping () throws(E) -> T,
+    continuation: UnsafeContinuation<Handoff<Result<T, E>>, Never>
   ) {
     self.work = work
     self.continuation = continuation
@@ -59,6 +77,10 @@ final class AwaitedWorkOf<T: Sendable, E: Error>: AwaitedWork, @unchecked Sendab
   }
 
   override func perform() {
-    continuation.resume(returning: Result(catching: work))
+    let result = Result(catching: work.unsafelyUnwrapped)
+    // The closure's captures go before the task resumes, so none is released
+    // on this thread while the task uses what the work returned.
+    work = nil
+    continuation.resume(returning: Handoff(value: result))
   }
 }

@@ -53,7 +53,9 @@ public class Queue: GCDObject, @unchecked Sendable {
   /// - Parameters:
   ///   - label: A name shown in crash reports, messages and `label`.
   ///   - kind: `.serial` (the default) or `.concurrent`.
-  ///   - qos: The quality-of-service class of the queue's work.
+  ///   - qos: The quality-of-service class of the queue's work. A class
+  ///     that is not one of `QoS`'s stops the process with a message
+  ///     (libdispatch would drop the QoS without a word).
   ///   - target: The queue this queue's work is funneled through (by
   ///     default, the global queue of the queue's QoS). Set with
   ///     `dispatch_set_target_queue` after creation, so `setTarget(_:)` can
@@ -71,6 +73,7 @@ public class Queue: GCDObject, @unchecked Sendable {
   ) {
     var attr: OpaquePointer? = kind == .concurrent ? Libdispatch.queue_attr_concurrent : nil
     if qos != .unspecified {
+      qos.checkKnown("Queue(label: \"\(label)\", ")  // libdispatch would drop it silently
       attr = Libdispatch.queue_attr_make_with_qos_class(attr, qos.rawClass, qos.relativePriority)
     }
     if initiallyInactive {

@@ -126,17 +126,8 @@ public final class WorkItem: Sendable {
     if !flags.isSubset(of: Flags.all) {
       fatalError("GCD: WorkItem(flags: \(flags)): libdispatch knows no such block flag")
     }
-    if !WorkItem.knownClasses.contains(qos.rawClass) || !(-15...0).contains(qos.relativePriority) {
-      fatalError(
-        "GCD: WorkItem(qos: class 0x\(String(qos.rawClass, radix: 16)), relative \(qos.relativePriority)):"
-          + " not a QoS class libdispatch knows, or a relative priority outside -15...0")
-    }
+    qos.checkKnown("WorkItem(")
   }
-
-  private static let knownClasses: [UInt32] = [
-    Queue.QoS.unspecified.rawClass, Queue.QoS.background.rawClass, Queue.QoS.utility.rawClass,
-    Queue.QoS.default.rawClass, Queue.QoS.userInitiated.rawClass, Queue.QoS.userInteractive.rawClass,
-  ]
 
   deinit {
     // The last reference: nothing is submitted or waiting (each holds the
@@ -397,24 +388,26 @@ public final class WorkItem: Sendable {
   /// completed: the waiting task is suspended, no thread is blocked.
   ///
   /// - Throws: `CancellationError` when the waiting task is cancelled
-  ///   first (the item itself is not affected).
+  ///   first (the item itself is not affected); nothing else.
   public var finished: State {
-    get async throws {
+    get async throws(CancellationError) {
       let id = machine.withLock { $0.makeWaiterID() }
-      return try await withTaskCancellationHandler {
-        try await withCheckedThrowingContinuation { continuation in
+      let state = await withTaskCancellationHandler {
+        await withCheckedContinuation { (continuation: WorkItemMachine.FinishedContinuation) in
           let action = machine.withLock {
             $0.addWaiter(id, continuation, taskCancelled: Task.isCancelled)
           }
           switch action {
           case .registered: break
           case .resume(let state): continuation.resume(returning: state)
-          case .cancelled: continuation.resume(throwing: CancellationError())
+          case .cancelled: continuation.resume(returning: nil)
           }
         }
       } onCancel: {
-        machine.withLock { $0.removeWaiter(id) }?.resume(throwing: CancellationError())
+        machine.withLock { $0.removeWaiter(id) }?.resume(returning: nil)
       }
+      guard let state else { throw CancellationError() }
+      return state
     }
   }
 

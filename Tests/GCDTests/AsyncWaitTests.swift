@@ -11,6 +11,11 @@ import Testing
 
 private struct Failure: Error, Equatable { let code: Int }
 
+/// A class that is not `Sendable`.
+private final class Ledger {
+  var entries: [String] = []
+}
+
 /// Blocking checks, from synchronous code (the blocking forms are `noasync`).
 private func groupIsEmpty(_ group: Group) -> Bool { group.wait(timeout: .zero) }
 private func takeUnit(_ semaphore: GCD.Semaphore) -> Bool { semaphore.wait(timeout: .zero) }
@@ -29,6 +34,30 @@ struct AsyncWaitTests {
     } catch {
       #expect(error == Failure(code: 7))  // typed: `error` is a Failure
     }
+  }
+
+  @Test("await run takes a non-Sendable instance in and hands one back (sending closure and result)")
+  func runSendsNonSendableValues() async {
+    let queue = Queue(label: "await.run.sending")
+    let ledger = Ledger()
+    ledger.entries.append("caller")
+    // `ledger` is sent into the closure (not used here until the result comes back), and the
+    // result is a new non-Sendable instance made on the queue.
+    let result = await queue.run {
+      ledger.entries.append("queue: \(queue.isCurrent)")
+      let made = Ledger()
+      made.entries = ledger.entries
+      return made
+    }
+    result.entries.append("back")
+    #expect(result.entries == ["caller", "queue: true", "back"])
+    // A @Sendable closure and a Sendable result still compile, and a typed error still passes through.
+    let sendable: @Sendable () -> Int = { 5 }
+    #expect(await queue.run(sendable) == 5)
+    let thrown = await #expect(throws: Failure.self) {
+      try await queue.run { () throws(Failure) -> Ledger in throw Failure(code: 3) }
+    }
+    #expect(thrown == Failure(code: 3))
   }
 
   @Test("10,000 await run calls complete without a blocked thread", .timeLimit(.minutes(3)))

@@ -42,8 +42,12 @@ struct ConstantsTests {
   /// `.userInteractive` as `.userInitiated`).
   @Test("Queue.QoS classes are the values libdispatch knows as QOS_CLASS_*")
   func qosClasses() {
+    // Through the C calls themselves: `Queue(label:qos:)` stops on a class libdispatch does not know.
     func readBack(_ qosClass: UInt32) -> UInt32 {
-      Queue(label: "constants.qos", qos: Queue.QoS(rawClass: qosClass)).qos.rawClass
+      let attr = Libdispatch.queue_attr_make_with_qos_class(nil, qosClass, 0)
+      let queue = Libdispatch.queue_create("constants.qos", attr)
+      defer { Libdispatch.release(queue) }
+      return Libdispatch.queue_get_qos_class(queue).0
     }
     #expect(readBack(Queue.QoS.userInteractive.rawClass) == Queue.QoS.userInitiated.rawClass)
     for qos in [Queue.QoS.userInitiated, .default, .utility, .background] {

@@ -397,7 +397,9 @@ struct IOChannelTests {
     #expect(late.finalError == ECANCELED)
   }
 
-  @Test("a cancelled read(upTo:) throws CancellationError promptly, stops the channel, and later reads throw ECANCELED")
+  @Test(
+    "a cancelled read(upTo:) throws ECANCELED (the task was cancelled) promptly, stops the reads, and later reads throw ECANCELED"
+  )
   func cancelledReader() async throws {
     let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
     defer { close(writeEnd) }
@@ -410,7 +412,11 @@ struct IOChannelTests {
     }
     #expect(await eventually { started.isSignaled })
     task.cancel()
-    await #expect(throws: CancellationError.self) { try await task.value }
+    await #expect(
+      throws: GCDError(operation: "IOChannel.read(upTo: 100)", errno: ECANCELED, detail: "the task was cancelled")
+    ) {
+      try await task.value
+    }
     #expect(await eventually { cleanup.ran.isSignaled })
     await #expect(throws: GCDError(operation: "IOChannel.read(upTo: 5)", errno: ECANCELED)) {
       try await channel.read(upTo: 5)
@@ -1283,5 +1289,40 @@ private struct ExampleProcess {
     return ExampleProcess(
       status: signal == 0 ? (rawStatus >> 8) & 0xff : -signal, output: contentsOfFile(outputFile),
       errorText: String(decoding: contentsOfFile(errorFile), as: UTF8.self))
+  }
+}
+
+// MARK: - One direction cancelled (issue 19)
+
+extension IOChannelTests {
+  @Test(
+    "a socket channel: cancelling the task in read(upTo:) stops the reads only; a concurrent 1 MiB write(_:) completes and the peer receives every byte",
+    .timeLimit(.minutes(2))
+  )
+  func cancelledReadLeavesWritesAlone() async throws {
+    let (local, peer) = makeSocketPair()
+    defer { close(peer) }
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: local, type: .stream, queue: queue, cleanup: cleanup.handler)
+    let payload = patternBytes(1 << 20)
+    // The peer reads nothing yet: the write stays in flight, far beyond the socket's buffer.
+    let writer = Task { try await channel.write(payload) }
+    let started = Event()
+    let reader = Task {
+      started.signal()
+      return try await channel.read(upTo: 100)
+    }
+    #expect(await eventually { started.isSignaled })
+    reader.cancel()
+    let readError = await #expect(throws: (any Error).self) { try await reader.value }
+    #expect((readError as? GCDError)?.errno == ECANCELED, "\(String(describing: readError))")
+    let received = readToEnd(peer, count: payload.count)
+    let writeOutcome = await writer.result
+    #expect(throws: Never.self) { try writeOutcome.get() }
+    let (receivedCount, intact) = (received?.count, received == payload)
+    #expect(receivedCount == payload.count)
+    #expect(intact)
+    await #expect(throws: GCDError.self) { try await channel.read(upTo: 1) }
+    withExtendedLifetime(channel) {}
   }
 }

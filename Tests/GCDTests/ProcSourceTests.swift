@@ -205,11 +205,16 @@ struct ProcSourceTests {
     #expect(error?.errno == EINVAL)
   }
 
-  @Test func unknownEventBitsThrowEINVAL() throws {
-    let error = #expect(throws: GCDError.self) {
-      try ProcSource(pid: getpid(), events: ProcEvents(rawValue: 0x1), queue: .global())
+  @Test(
+    "unknown event bits stop the process with a message naming ProcSource, as unknown flags do for TimerSource and WorkItem"
+  )
+  func unknownEventBitsStop() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      _ = try? ProcSource(pid: getpid(), events: ProcEvents(rawValue: 0x1), queue: .global())
     }
-    #expect(error?.errno == EINVAL)
+    let text = standardError(of: result)
+    #expect(text.contains("GCD: ProcSource(pid: "), "\(text)")
+    #expect(text.contains("events: [0x1]): libdispatch knows no such process event (bits 0x1)"), "\(text)")
   }
 
   @Test func rawValuesMatchTheCFlags() {

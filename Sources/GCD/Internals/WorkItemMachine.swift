@@ -41,7 +41,7 @@ struct WorkItemMachine: ~Copyable {
     /// One-shot calls on completion (the gates of dependent items).
     var completions: [@Sendable (WorkItem.State) -> Void] = []
     /// Tasks suspended in `finished`, by id.
-    var waiters: [(id: Int, continuation: CheckedContinuation<WorkItem.State, any Error>)] = []
+    var waiters: [(id: Int, continuation: FinishedContinuation)] = []
     var nextWaiter = 0
     /// The items this one was started after (for the cycle check of
     /// `start(on:after:)`), weakly: a dependency dropped while pending
@@ -183,6 +183,9 @@ struct WorkItemMachine: ~Copyable {
     }
   }
 
+  /// A task in `finished`: resumed with the final state, or with nil when it was cancelled.
+  typealias FinishedContinuation = CheckedContinuation<WorkItem.State?, Never>
+
   enum WaiterAction {
     case registered
     case resume(WorkItem.State)
@@ -193,7 +196,7 @@ struct WorkItemMachine: ~Copyable {
   /// the lock, so a cancellation either came first (seen here) or comes
   /// later and finds the waiter (`removeWaiter`).
   mutating func addWaiter(
-    _ id: Int, _ continuation: CheckedContinuation<WorkItem.State, any Error>, taskCancelled: Bool
+    _ id: Int, _ continuation: FinishedContinuation, taskCancelled: Bool
   ) -> WaiterAction {
     if isComplete { return .resume(phase) }
     if taskCancelled { return .cancelled }
@@ -202,7 +205,7 @@ struct WorkItemMachine: ~Copyable {
   }
 
   /// The waiting task was cancelled: its continuation, if still waiting.
-  mutating func removeWaiter(_ id: Int) -> CheckedContinuation<WorkItem.State, any Error>? {
+  mutating func removeWaiter(_ id: Int) -> FinishedContinuation? {
     guard let listeners, let index = listeners.waiters.firstIndex(where: { $0.id == id }) else { return nil }
     return listeners.waiters.remove(at: index).continuation
   }
