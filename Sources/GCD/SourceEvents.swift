@@ -14,7 +14,10 @@ import Synchronization
 /// the two. The source's registration handler, if you set one, runs
 /// first. (When the calling thread runs on the source's queue, or on a
 /// queue it targets, the registration cannot run until the caller returns:
-/// the sequence then starts the source without waiting for it.)
+/// the sequence then starts the source without waiting for it.) The wait
+/// is as long as the registration takes: microseconds, unless the
+/// source's queue is busy with other work, or suspended — then making the
+/// sequence waits until that queue runs the registration (resume it first).
 ///
 /// Back-pressure is the source's own merging: while no one takes an
 /// element (before the first `next()`, or while the consumer is busy) the

@@ -114,6 +114,36 @@ struct FoundationBesideGCDTests {
     #expect(all.allSatisfy { $0.isCancelled })
   }
 
+  @Test(
+    "events and handlers: src.events, setEventHandler { value in }, SignalSource.sequence(of:)",
+    .timeLimit(.minutes(1)))
+  func eventsAndHandlers() async throws {
+    let queue = Queue(label: "foundation.events")
+    let source = DataAddSource(queue: queue)
+    let events = source.events  // starts the source
+    source.merge(3)
+    for try await value in events {
+      #expect(value == 3)
+      break
+    }
+    #expect(source.isCancelled)
+    let valued = DataOrSource(queue: queue)
+    let seen = Mutex<UInt>(0)
+    let done = Group()
+    done.enter()
+    valued.setEventHandler { value in
+      seen.withLock { $0 = value }
+      done.leave()
+    }
+    valued.resume()
+    valued.merge(0b101)
+    try await done.wait()
+    #expect(seen.withLock { $0 } == 0b101)
+    valued.cancel()
+    let signals = try SignalSource.sequence(of: [SIGVTALRM, SIGXCPU])
+    _ = signals  // dropped: its sources are cancelled
+  }
+
   @Test("every wrapper is a GCDObject with a context slot and a finalizer")
   func objects() throws {
     let objects: [GCDObject] = [
