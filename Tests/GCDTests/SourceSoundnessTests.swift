@@ -95,3 +95,34 @@ private func raceSequenceStarts(rounds: Int) {
   }
   exit(0)
 }
+
+extension SourceLifecycleTests {
+  /// LeakSanitizer found it (issue 17's merged ASan run): the registration block of a source
+  /// cancelled before it ran never runs, and the closures it would have called stayed in the
+  /// handlers box; an event sequence's hook holds the source, so source, handlers and sequence
+  /// were never freed. The queue is suspended between the start and the cancel, so the
+  /// registration cannot run before the cancel (the order is made, not hoped for).
+  @Test(
+    "a source cancelled before its registration ran releases the registration handler's captures, and is freed")
+  func cancelledBeforeRegistrationReleasesClosures() {
+    let queue = Queue(label: "soundness.registration")
+    let released = Event()
+    let cancelled = Event()
+    weak var weakSource: DataAddSource?
+    do {
+      let source = DataAddSource(queue: queue)
+      weakSource = source
+      let probe = DeinitProbe(released: released)
+      // The closure holds the source, as an event sequence's registration hook does.
+      source.setRegistrationHandler { [probe, source] in _ = (probe, source) }
+      source.setCancelHandler { cancelled.signal() }
+      queue.suspend()
+      source.resume()
+      source.cancel()
+      queue.resume()
+    }
+    #expect(cancelled.wait(), "the cancel handler ran")
+    #expect(released.wait(), "the registration handler's captures were released")
+    #expect(waitUntil { weakSource == nil }, "the source was freed")
+  }
+}

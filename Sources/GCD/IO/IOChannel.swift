@@ -36,11 +36,10 @@ import Synchronization
 ///   through two C channels: the writes go through a second one over a
 ///   close-on-exec duplicate of the descriptor. That is what lets a drop
 ///   stop the reads alone (`dispatch_io_close` stops every operation of a C
-///   channel). And on a socket, with one long write in flight while reads
-///   wait on the same C channel, libdispatch's epoll code can lose the read
-///   side's wake-up and stall for good (seen in C, about one 64 MiB loopback
-///   round trip in three); two C channels have their own records and epoll
-///   registrations. The pair behaves as one channel: limits, intervals,
+///   channel), and it keeps a long write in flight from stalling the reads
+///   waiting on a socket (a libdispatch defect: docs/io.md, "One channel
+///   reading and writing a socket at once").
+///   The pair behaves as one channel: limits, intervals,
 ///   barriers and closing apply to both, and the cleanup runs once, after
 ///   both are done.
 ///

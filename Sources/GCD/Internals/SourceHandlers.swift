@@ -77,6 +77,14 @@ final class SourceHandlers: Sendable {
         defer { hook = nil }
         return hook
       }?()
+      // A registration that never ran (the source was cancelled first) must not keep its
+      // closures: libdispatch frees the C block, but the closures live here, and a hook that
+      // holds the source (an event sequence's) would keep it alive forever. Released outside
+      // the lock, after the cancel hook (which ends a sequence's wait for the registration).
+      _ = registration.withLock { registration in
+        defer { (registration.handler, registration.hook) = (.none, nil) }
+        return registration
+      }
       ownedCleanup?()
     }
     Libdispatch.source_set_cancel_handler(raw, block(run))
