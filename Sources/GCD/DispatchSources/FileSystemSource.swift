@@ -172,12 +172,7 @@ public final class FileSystemSource: Source, @unchecked Sendable {
     guard !events.isEmpty else {
       throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "no events to watch")
     }
-    if !events.isSubset(of: .all) {
-      // A programmer error, as for every option set (docs/architecture.md, "Errors and misuse").
-      fatalError(
-        "GCD: \(operation): libdispatch knows no such file-system event"
-          + " (bits 0x\(String(events.subtracting(.all).rawValue, radix: 16)))")
-    }
+    requireKnownBits(events, of: .all, operation, "libdispatch knows no such file-system event")
   }
 
   /// The file's current path: after a rename, the new one. Nil once the

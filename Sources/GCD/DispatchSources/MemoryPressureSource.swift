@@ -119,12 +119,7 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
     guard !events.isEmpty else {
       throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "no levels to report")
     }
-    if !events.isSubset(of: .all) {
-      // A programmer error, as for every option set (docs/architecture.md, "Errors and misuse").
-      fatalError(
-        "GCD: \(operation): no such memory-pressure level"
-          + " (bits 0x\(String(events.subtracting(.all).rawValue, radix: 16)))")
-    }
+    requireKnownBits(events, of: .all, operation, "no such memory-pressure level")
     let path = scope.path(of: .memory)
     let triggers = try MemoryPressureWatcher.triggers(path: path, operation: operation)
     let created: OpaquePointer

@@ -95,12 +95,7 @@ public final class ProcSource: Source, @unchecked Sendable {
   /// The corresponding C function is `dispatch_source_create`.
   public init(pid: Int32, events: ProcEvents = .exit, queue: Queue) throws(GCDError) {
     let operation = "ProcSource(pid: \(pid), events: \(events))"
-    if !events.isSubset(of: .all) {
-      // A programmer error, as for every option set (docs/architecture.md, "Errors and misuse").
-      fatalError(
-        "GCD: \(operation): libdispatch knows no such process event"
-          + " (bits 0x\(String(events.subtracting(.all).rawValue, radix: 16)))")
-    }
+    requireKnownBits(events, of: .all, operation, "libdispatch knows no such process event")
     let unsupported = events.subtracting(.exit)
     guard unsupported.isEmpty else {
       throw GCDError(

@@ -65,9 +65,7 @@ public final class TimerSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create` (the flags are its mask).
   public init(queue: Queue, flags: Flags) {
-    if !flags.isSubset(of: .strict) {
-      fatalError("GCD: TimerSource(flags: \(flags)): libdispatch knows no such timer flag")
-    }
+    requireKnownBits(flags, of: .strict, "TimerSource(flags: \(flags))", "libdispatch knows no such timer flag")
     super.init(created: try! Source.create(.timer, mask: flags.rawValue, queue: queue), queue: queue)
   }
 

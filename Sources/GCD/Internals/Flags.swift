@@ -8,3 +8,14 @@ where Flags.RawValue == UInt, Flags.Element == Flags {
   if !unknown.isEmpty { parts.append("0x" + String(unknown.rawValue, radix: 16)) }
   return "[" + parts.joined(separator: ", ") + "]"
 }
+
+/// Stops the process, naming `operation`, when `flags` has bits beside `known`: option-set bits the
+/// package does not name exist only through `init(rawValue:)` with numbers of one's own, a
+/// programmer error (docs/architecture.md, "Errors and misuse"). The one check of every option set
+/// the package hands to libdispatch or the kernel.
+func requireKnownBits<Flags: OptionSet>(
+  _ flags: Flags, of known: Flags, _ operation: @autoclosure () -> String, _ noSuch: StaticString
+) where Flags.RawValue == UInt, Flags.Element == Flags {
+  if flags.isSubset(of: known) { return }
+  fatalError("GCD: \(operation()): \(noSuch) (bits 0x\(String(flags.subtracting(known).rawValue, radix: 16)))")
+}

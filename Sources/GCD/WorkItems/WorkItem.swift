@@ -123,9 +123,7 @@ public final class WorkItem: Sendable {
   }
 
   private static func validate(flags: Flags, qos: Queue.QoS) {
-    if !flags.isSubset(of: Flags.all) {
-      fatalError("GCD: WorkItem(flags: \(flags)): libdispatch knows no such block flag")
-    }
+    requireKnownBits(flags, of: Flags.all, "WorkItem(flags: \(flags))", "libdispatch knows no such block flag")
     qos.checkKnown("WorkItem(")
   }
 
