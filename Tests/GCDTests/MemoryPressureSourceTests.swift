@@ -105,17 +105,22 @@ extension PressureTests {
       #expect(PressureScope.current == source.scope)
     }
 
+    @Test("unknown level bits stop the process with a message naming MemoryPressureSource, as for every option set")
+    func unknownLevelBitsStop() async {
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        _ = try? MemoryPressureSource(events: MemoryPressureEvents(rawValue: 0x18), queue: .global())
+      }
+      let text = standardError(of: result)
+      #expect(text.contains("GCD: MemoryPressureSource(events: "), "\(text)")
+      #expect(text.contains("no such memory-pressure level (bits 0x18)"), "\(text)")
+    }
+
     @Test("bad inputs throw", .enabled(if: pressureAvailable, needsPSI))
     func badInputsThrow() {
       let queue = Queue(label: "memory pressure")
       let empty = #expect(throws: GCDError.self) { try MemoryPressureSource(events: [], queue: queue) }
       #expect(empty?.errno == EINVAL)
       #expect(empty?.operation.hasPrefix("MemoryPressureSource(events: [],") == true)
-      let unknown = #expect(throws: GCDError.self) {
-        try MemoryPressureSource(events: MemoryPressureEvents(rawValue: 0x18), queue: queue)
-      }
-      #expect(unknown?.errno == EINVAL)
-      #expect(unknown?.detail?.contains("0x18") == true)
       let missing = #expect(throws: GCDError.self) {
         try MemoryPressureSource(scope: .cgroup("/nonexistent/gcd-cgroup"), queue: queue)
       }

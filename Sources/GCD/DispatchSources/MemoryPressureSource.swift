@@ -106,7 +106,9 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
   /// - Throws: `GCDError` with `ENOENT` when there is no memory pressure
   ///   file (no PSI, PSI off at boot, no such cgroup), `ENOTSUP` when PSI is
   ///   disabled for the scope, `EACCES` or `EPERM` when the file cannot be
-  ///   opened for writing, `EINVAL` for an empty or unknown event set.
+  ///   opened for writing, `EINVAL` for an empty event set.
+  ///   Bits beside `.normal`, `.warning` and `.critical` stop the process
+  ///   with a message naming the source (a programmer error).
   ///
   /// The corresponding C function is `dispatch_source_create` with
   /// `DISPATCH_SOURCE_TYPE_MEMORYPRESSURE` (Darwin); on Linux PSI triggers.
@@ -117,10 +119,11 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
     guard !events.isEmpty else {
       throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "no levels to report")
     }
-    guard events.isSubset(of: .all) else {
-      throw GCDError(
-        operation: operation, errno: Errno.invalidArgument,
-        detail: "unknown level bits 0x\(String(events.subtracting(.all).rawValue, radix: 16))")
+    if !events.isSubset(of: .all) {
+      // A programmer error, as for every option set (docs/architecture.md, "Errors and misuse").
+      fatalError(
+        "GCD: \(operation): no such memory-pressure level"
+          + " (bits 0x\(String(events.subtracting(.all).rawValue, radix: 16)))")
     }
     let path = scope.path(of: .memory)
     let triggers = try MemoryPressureWatcher.triggers(path: path, operation: operation)

@@ -98,7 +98,8 @@ public final class FileSystemSource: Source, @unchecked Sendable {
   /// - Throws: `GCDError` with `ENOENT` (naming the path) when nothing is
   ///   there, `ENOSPC` when the per-user inotify watch limit is reached,
   ///   `EMFILE` when the process has no descriptor left, `EINVAL` for an
-  ///   empty or unknown event set.
+  ///   empty event set. Bits beside `FileSystemEvents`' seven stop the
+  ///   process with a message naming the source (a programmer error).
   ///
   /// The corresponding C functions are `open(path, O_EVTONLY)` and `dispatch_source_create`.
   public convenience init(path: String, events: FileSystemEvents, queue: Queue) throws(GCDError) {
@@ -125,8 +126,9 @@ public final class FileSystemSource: Source, @unchecked Sendable {
   ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
   ///   `ENOSPC` when the per-user inotify watch limit is reached, `EMFILE`
-  ///   when the process has no descriptor left, `EINVAL` for an empty or
-  ///   unknown event set.
+  ///   when the process has no descriptor left, `EINVAL` for an empty
+  ///   event set. Bits beside `FileSystemEvents`' seven stop the process
+  ///   with a message naming the source (a programmer error).
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public convenience init(fileDescriptor: Int32, events: FileSystemEvents, queue: Queue) throws(GCDError) {
@@ -170,10 +172,11 @@ public final class FileSystemSource: Source, @unchecked Sendable {
     guard !events.isEmpty else {
       throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "no events to watch")
     }
-    guard events.isSubset(of: .all) else {
-      throw GCDError(
-        operation: operation, errno: Errno.invalidArgument,
-        detail: "unknown event bits 0x\(String(events.subtracting(.all).rawValue, radix: 16))")
+    if !events.isSubset(of: .all) {
+      // A programmer error, as for every option set (docs/architecture.md, "Errors and misuse").
+      fatalError(
+        "GCD: \(operation): libdispatch knows no such file-system event"
+          + " (bits 0x\(String(events.subtracting(.all).rawValue, radix: 16)))")
     }
   }
 
