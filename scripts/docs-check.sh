@@ -9,7 +9,8 @@
 # Topics group links from them (with --all: every page of the site), the rendered DOM must hold the
 # page's title in the page's own heading and a body of text (not the empty app shell, not "page not
 # found"), and every internal link the rendered page shows must resolve to a page or file of the
-# site. The list of pages comes from scripts/docs-links.swift, which also checks the render JSON's
+# site; a link with an anchor (a tutorial's chapter `/tutorials/gcd/#a-linux-service`, a step's
+# section) must name an element id of its page's rendered DOM when that page is one of those opened. The list of pages comes from scripts/docs-links.swift, which also checks the render JSON's
 # links and the examples the pages name. Last, a screenshot of the landing page is written to
 # .build/docs/landing.png.
 #
@@ -109,6 +110,9 @@ check_page() {
       echo "$page: links to $link, which is not in the site"
     fi
   done
+  # Links with an anchor, checked against the target's DOM once every page is open.
+  grep -oE 'href="/[^"]*#[^"]+"' "$dom" | sed -e 's/^href="//' -e 's/"$//' | sort -u |
+    sed "s#^#$page\t#" >"$work/anchors-${page//\//_}.txt" || true
 }
 export -f check_page chrome
 export work site base browser
@@ -116,6 +120,19 @@ export work site base browser
 count=$(wc -l <"$work/pages.txt")
 echo "docs-check: opening $count pages in $browser"
 tr '\n' '\0' <"$work/pages.txt" | xargs -0 -P 2 -I{} bash -c 'check_page "$@"' _ {} >"$work/problems.txt"
+
+# Every anchor a page links names an element id of its target's DOM (when the target was opened).
+anchors=0
+while IFS=$'\t' read -r page link; do
+  target=${link%%#*}
+  anchor=${link#*#}
+  target=${target%/}
+  target=${target#/}
+  dom="$work/dom-${target//\//_}.html"
+  [[ -f $dom ]] || continue
+  anchors=$((anchors + 1))
+  grep -qF "id=\"$anchor\"" "$dom" || echo "$page: links to $link, but the rendered /$target has no element with id $anchor" >>"$work/problems.txt"
+done < <(cat "$work"/anchors-*.txt 2>/dev/null)
 
 mkdir -p .build/docs
 chrome --screenshot="$PWD/.build/docs/landing.png" --window-size=1280,1400 --hide-scrollbars \
@@ -126,5 +143,5 @@ if [[ -s $work/problems.txt ]]; then
   sed 's/^/docs-check: /' "$work/problems.txt" >&2
   exit 1
 fi
-echo "docs-check: $count pages render their heading and content in Chromium, and every link they show resolves"
+echo "docs-check: $count pages render their heading and content in Chromium, and every link they show resolves ($anchors anchors among them)"
 echo "docs-check: screenshot of the landing page: .build/docs/landing.png"

@@ -4,7 +4,15 @@
 //
 // Reads every page of render JSON under <site>/data and fails when
 //   - a page it references (a Topics entry, a symbol link, an article link, a "see also") has no
-//     render JSON (data/…/name.json) or no HTML page (…/name/index.html) in the site;
+//     render JSON (data/…/name.json) or no HTML page (…/name/index.html) in the site; the same
+//     for a tutorial's sections (references of type "section");
+//   - a link with an anchor (`…/buildalinuxservice#Do-the-work-on-a-timer`) names an anchor its
+//     page does not have (a heading, a Topics group, a tutorial section);
+//   - a tutorial page names a chapter that is not on its table of contents: DocC writes no page for
+//     a chapter (its reference, `/tutorials/gcd/a-linux-service`, is a path under the table of
+//     contents, and the renderer shows it as text, linking chapters only as anchors of the table of
+//     contents, `/tutorials/gcd/#a-linux-service`), so a chapter reference resolves when its table of
+//     contents exists and lists a chapter of that name, and not otherwise;
 //   - a relative link points at no file of the site;
 //   - its text names an example that does not exist: `swift run Example<Name>` or
 //     `Examples/<Name>/main.swift` without an Examples/<Name>/main.swift;
@@ -48,6 +56,45 @@ func sitePath(_ url: String) -> String {
   return String(path.drop(while: { $0 == "/" })).lowercased()
 }
 
+/// The anchor a heading or a chapter name gets ("A Linux service" -> "a-linux-service"), lowercased.
+func slug(_ name: String) -> String {
+  name.lowercased().split(whereSeparator: { !($0.isLetter || $0.isNumber) }).joined(separator: "-")
+}
+
+/// Every value of an "anchor" key in a JSON value (headings, Topics groups, tutorial sections).
+func anchors(in value: Any, into result: inout Set<String>) {
+  switch value {
+  case let array as [Any]: for element in array { anchors(in: element, into: &result) }
+  case let object as [String: Any]:
+    for (key, element) in object {
+      if key == "anchor", let anchor = element as? String { result.insert(anchor) }
+      anchors(in: element, into: &result)
+    }
+  default: break
+  }
+}
+
+/// The anchors of a page: for a tutorials table of contents, its chapters, which the renderer
+/// anchors by name (DocC writes no "anchor" for them); for any page, its "anchor" values.
+func pageAnchors(_ page: String) -> Set<String> {
+  guard let object = pages[page] else { return [] }
+  var result = Set<String>()
+  anchors(in: object, into: &result)
+  for case let section as [String: Any] in object["sections"] as? [Any] ?? [] where section["kind"] as? String == "volume" {
+    for case let chapter as [String: Any] in section["chapters"] as? [Any] ?? [] {
+      if let name = chapter["name"] as? String { result.insert(slug(name)) }
+    }
+  }
+  return result
+}
+
+/// The fragment of a reference URL ("/tutorials/gcd/x#Step" -> "Step"), or nil.
+func fragment(_ url: String) -> String? {
+  guard let hash = url.firstIndex(of: "#") else { return nil }
+  let anchor = String(url[url.index(after: hash)...])
+  return anchor.isEmpty ? nil : anchor
+}
+
 /// Every string in a JSON value.
 func strings(in value: Any, into result: inout [String]) {
   switch value {
@@ -66,17 +113,29 @@ for (page, object) in pages.sorted(by: { $0.key < $1.key }) {
   for case let reference as [String: Any] in (object["references"] as? [String: Any] ?? [:]).values {
     guard let url = reference["url"] as? String else { continue }
     switch reference["type"] as? String {
-    case "topic":
+    case "topic", "section":  // "section": a tutorial's section, a page and an anchor
       checkedReferences += 1
       let target = sitePath(url)
-      // A tutorial chapter has no page of its own: the renderer links it as an anchor of the
-      // table of contents ("/tutorials/table-of-contents/#a-linux-service").
+      // A tutorial chapter has no page of its own: it is a path under its table of contents, and
+      // the renderer links it only as an anchor there ("/tutorials/gcd/#a-linux-service").
       let parent = target.split(separator: "/").dropLast().joined(separator: "/")
-      if pages[target] == nil, pages[parent]?["kind"] as? String == "overview", exists(parent + "/index.html") {
+      if pages[target] == nil, target.hasPrefix("tutorials/"), reference["kind"] as? String == "article",
+        pages[parent]?["kind"] as? String == "overview"
+      {
+        let chapter = String(target.split(separator: "/").last ?? "")
+        if !pageAnchors(parent).contains(chapter) {
+          problems.append(
+            "\(page): links to \(url), a tutorial chapter that the table of contents /\(parent) does not list "
+              + "(its chapters: \(pageAnchors(parent).sorted().joined(separator: ", ")))")
+        }
+        if !exists(parent + "/index.html") { problems.append("\(page): links to \(url), whose table of contents has no HTML page") }
         continue
       }
       if pages[target] == nil { problems.append("\(page): links to \(url), which has no render JSON") }
       if !exists(target + "/index.html") { problems.append("\(page): links to \(url), which has no HTML page") }
+      if let anchor = fragment(url), pages[target] != nil, !pageAnchors(target).contains(anchor) {
+        problems.append("\(page): links to \(url), but /\(target) has no anchor \(anchor)")
+      }
     case "link":
       checkedReferences += 1
       if url.contains("://") || url.hasPrefix("mailto:") { continue }  // external: not checked offline

@@ -6,6 +6,10 @@
 #     and one whose guide names an example that does not exist;
 #   - scripts/docs-coverage.swift: a copy of the catalog with an article no Topics group lists;
 #   - scripts/docs-links.swift: a copy of the site without the page of a type the landing page lists;
+#     one whose table of contents no longer lists the chapter its tutorial page names (the chapter's
+#     reference, a path under the table of contents with no page of its own, then leads nowhere);
+#     one whose tutorial page lacks the section anchor a link names; one without the tutorial page
+#     its table of contents links;
 #   - scripts/docs-same.swift: a copy of the site with one page's text changed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -54,6 +58,20 @@ must_fail "an article no Topics group lists" "$swift" scripts/docs-coverage.swif
 cp -R "$site" "$work/site"
 rm -rf "$work/site/data/documentation/gcd/semaphore.json" "$work/site/documentation/gcd/semaphore"
 must_fail "a site missing a page the landing page links" "$swift" scripts/docs-links.swift "$work/site" Examples
+
+# docs-links on the tutorial pages: a chapter the table of contents does not list, a section anchor
+# the tutorial does not have, a tutorial page the table of contents links but the site lacks.
+toc=$(cd "$site/data" && ls tutorials/*.json | head -1)
+tutorial=$(cd "$site/data" && ls tutorials/*/*.json | head -1)
+rm -rf "$work/site" && cp -R "$site" "$work/site"
+sed -i -E 's/("name" *: *")A Linux service"/\1A Linux daemon"/' "$work/site/data/$toc"
+must_fail "a tutorial page naming a chapter its table of contents does not list" "$swift" scripts/docs-links.swift "$work/site" Examples
+rm -rf "$work/site" && cp -R "$site" "$work/site"
+sed -i -E 's/("anchor" *: *")Do-the-work-on-a-timer"/\1Do-the-work-on-a-clock"/' "$work/site/data/$tutorial"
+must_fail "a link to a tutorial section anchor the tutorial does not have" "$swift" scripts/docs-links.swift "$work/site" Examples
+rm -rf "$work/site" && cp -R "$site" "$work/site"
+rm -rf "$work/site/data/$tutorial" "$work/site/${tutorial%.json}"
+must_fail "a site missing the tutorial page its table of contents links" "$swift" scripts/docs-links.swift "$work/site" Examples
 
 # docs-same with one page's text changed.
 rm -rf "$work/site" && cp -R "$site" "$work/site"
