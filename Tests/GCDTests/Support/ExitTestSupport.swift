@@ -70,10 +70,6 @@ let runningUnderSanitizer =
   dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
   || dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__tsan_init") != nil
 
-/// Whether this test process was built with AddressSanitizer, whose quarantine keeps freed memory
-/// resident: resident-set measurements mean nothing there.
-let runningUnderAddressSanitizer = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "__asan_init") != nil
-
 /// Runs `body` synchronously. Exit-test bodies are asynchronous contexts, where the blocking calls
 /// (`sync`, `apply`, marked `noasync`) warn; the tests that make them block, or trap, on purpose.
 func blocking<T>(_ body: () throws -> T) rethrows -> T { try body() }
