@@ -91,8 +91,9 @@ io-stall-probe:
 sanitize: sanitize-thread sanitize-address
 
 # Synchronization.Mutex's contended path is invisible to TSan; this preload
-# tells TSan about it (Tests/Sanitizers/tsan-mutex.c). The test run uses no
-# TSan suppressions.
+# tells TSan about it (Tests/Sanitizers/tsan-mutex.c). The test run uses one
+# TSan suppression, for a report inside the Swift runtime's continuations
+# (Tests/Sanitizers/tsan.supp says which and why).
 TSAN_MUTEX_LIB := .build/sanitizers/libtsan-mutex.so
 
 # --no-parallel: fewer sources are created and cancelled at once, which keeps
@@ -103,7 +104,8 @@ TSAN_MUTEX_LIB := .build/sanitizers/libtsan-mutex.so
 # own afterwards: libdispatch's dispatch_io machinery hits that crash in about
 # one TSan run of them in three (docs/reliability.md), so they may take up to
 # six attempts (about a minute each), where the rest of the suite takes two.
-TSAN_TEST = LD_PRELOAD="$(abspath $(TSAN_MUTEX_LIB))" Tests/Sanitizers/retry-known-crash.sh \
+TSAN_TEST = LD_PRELOAD="$(abspath $(TSAN_MUTEX_LIB))" \
+  TSAN_OPTIONS="suppressions=$(abspath Tests/Sanitizers/tsan.supp)" Tests/Sanitizers/retry-known-crash.sh \
   $(SWIFT) test --skip-build --disable-xctest --no-parallel --sanitize=thread --scratch-path .build/sanitize-thread
 sanitize-thread: $(TSAN_MUTEX_LIB)
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/sanitize-thread
