@@ -957,3 +957,77 @@ EXPORT double bench_c_scale_semaphore_value(int64_t n, double *extra) {
   int64_t end = now_ns();
   return per_op(start, end, count);
 }
+
+// MARK: - Scale: concurrency rows (events_sequences, actors_on_queues, work_item_graph)
+//
+// events_sequences and actors_on_queues have no C form (no async sequences,
+// no actors); their rows compare with a tasks floor instead.
+
+static void scale_graph_ran(long *ran) { __atomic_fetch_add(ran, 1, __ATOMIC_RELAXED); }
+
+/// One pending graph of `n` items, then run: a root, a chain of (n - 2) / 2
+/// after it (each link dispatch_block_notify of the one before, linked from
+/// the end), a fan-out
+/// of (n - 2) / 2 after it (dispatch_block_notify of the root) and one
+/// fan-in block (dispatch_group_notify of a group the fan-out leaves). Timed:
+/// build + run, ns per item. Memory: heap bytes per pending item, before the
+/// root is submitted.
+EXPORT double bench_c_scale_work_item_graph(int64_t n, double *extra) {
+  int memory = extra[0] != 0;
+  int64_t branch = n - 2 < 2 ? 1 : (n - 2) / 2;
+  int64_t items = 2 * branch + 2;
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.graph", NULL);
+  dispatch_group_t group = dispatch_group_create();
+  __block long ran = 0;
+  long *counter = &ran;
+  if (memory) scale_settle();
+  int64_t heap = bench_c_heap_in_use();
+  int64_t start = now_ns();
+  // The arrays are in the figures, as the Swift variants' arrays of items are.
+  dispatch_block_t *chain = malloc(sizeof(dispatch_block_t) * (size_t)branch);
+  dispatch_block_t *fan = malloc(sizeof(dispatch_block_t) * (size_t)branch);
+  dispatch_block_t root = dispatch_block_create(0, ^{
+    scale_graph_ran(counter);
+  });
+  for (int64_t i = 0; i < branch; i++) {
+    chain[i] = dispatch_block_create(0, ^{
+      scale_graph_ran(counter);
+    });
+  }
+  // Linked from the chain's end, as the Swift variants are (WorkItem's cycle check needs it).
+  for (int64_t i = branch - 1; i >= 0; i--) dispatch_block_notify(i == 0 ? root : chain[i - 1], queue, chain[i]);
+  for (int64_t i = 0; i < branch; i++) {
+    dispatch_group_enter(group);
+    fan[i] = dispatch_block_create(0, ^{
+      scale_graph_ran(counter);
+      dispatch_group_leave(group);
+    });
+    dispatch_block_notify(root, queue, fan[i]);
+  }
+  dispatch_block_t sink = dispatch_block_create(0, ^{
+    scale_graph_ran(counter);
+  });
+  dispatch_group_notify(group, queue, sink);
+  double result = 0;
+  if (memory) {
+    scale_settle();
+    result = (double)(bench_c_heap_in_use() - heap) / (double)items;
+  }
+  dispatch_async(queue, root);
+  dispatch_block_wait(chain[branch - 1], DISPATCH_TIME_FOREVER);
+  dispatch_block_wait(sink, DISPATCH_TIME_FOREVER);
+  int64_t end = now_ns();
+  check(__atomic_load_n(&ran, __ATOMIC_RELAXED) == items, "scale work item graph ran");
+  if (!memory) result = per_op(start, end, items);
+  Block_release(root);
+  Block_release(sink);
+  for (int64_t i = 0; i < branch; i++) {
+    Block_release(chain[i]);
+    Block_release(fan[i]);
+  }
+  free(chain);
+  free(fan);
+  dispatch_release(group);
+  dispatch_release(queue);
+  return result;
+}
