@@ -19,10 +19,23 @@ func concurrencyScaleRows(_ library: CLibrary?) -> [ScaleRow] {
   let calls = 2_000
   var graphRunners: [Variant: ScaleRunner] = [
     .gcd: ScaleRunner(
-      timed: { timedGraph($0, gcdPendingGraph) }, memory: { count in heapPerObject(count, heap, gcdPendingGraph) }),
+      timed: { count in
+        let queue = Queue(label: "bench.scale.graph")
+        return timedGraph(count) { gcdPendingGraph($0, queue) }
+      },
+      memory: { count in
+        let queue = Queue(label: "bench.scale.graph")
+        return heapPerObject(count, heap) { gcdPendingGraph($0, queue) }
+      }),
     .dispatch: ScaleRunner(
-      timed: { timedGraph($0, dispatchPendingGraph) },
-      memory: { count in heapPerObject(count, heap, dispatchPendingGraph) }),
+      timed: { count in
+        let queue = DispatchQueue(label: "bench.scale.graph")
+        return timedGraph(count) { dispatchPendingGraph($0, queue) }
+      },
+      memory: { count in
+        let queue = DispatchQueue(label: "bench.scale.graph")
+        return heapPerObject(count, heap) { dispatchPendingGraph($0, queue) }
+      }),
   ]
   graphRunners[.c] = cScaleRunner(library, "work_item_graph", memory: true)
   return [
@@ -341,7 +354,7 @@ final class PendingGraph {
   deinit { run() }
 }
 
-/// A graph built and run: ns per item.
+/// A graph built and run on a queue made beforehand (as C's is): ns per item.
 @inline(never)
 func timedGraph(_ count: Int, _ make: (Int) -> PendingGraph) -> Double {
   let start = monotonicNanos()
@@ -359,8 +372,7 @@ func timedGraph(_ count: Int, _ make: (Int) -> PendingGraph) -> Double {
 /// pending dependencies, copying the path at each step, so a pending chain
 /// linked from its start costs O(depth²) per link (measured: 3.3 ms per
 /// item at 2,000 items, debug build); from the end each check sees one item.
-func gcdPendingGraph(_ count: Int) -> PendingGraph {
-  let queue = Queue(label: "bench.scale.graph")
+func gcdPendingGraph(_ count: Int, _ queue: Queue) -> PendingGraph {
   let branch = graphBranch(count)
   let ran = AtomicCounter()
   func item() -> WorkItem { WorkItem { ran.value.add(1, ordering: .relaxed) } }
@@ -386,8 +398,7 @@ func gcdPendingGraph(_ count: Int) -> PendingGraph {
 
 /// The same graph with DispatchWorkItem: the chain and the fan-out by
 /// notify(queue:execute:), the fan-in by a DispatchGroup.
-func dispatchPendingGraph(_ count: Int) -> PendingGraph {
-  let queue = DispatchQueue(label: "bench.scale.graph")
+func dispatchPendingGraph(_ count: Int, _ queue: DispatchQueue) -> PendingGraph {
   let branch = graphBranch(count)
   let ran = AtomicCounter()
   let group = DispatchGroup()
