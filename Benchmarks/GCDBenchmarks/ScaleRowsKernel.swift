@@ -73,7 +73,7 @@ func kernelScaleRows(_ library: CLibrary?) -> [ScaleRow] {
     ScaleRow(
       name: "proc_sources",
       title:
-        "child processes (/bin/sleep) watched by ProcSource, all killed: SIGKILL to each until every exit is"
+        "child processes (/bin/cat on an empty pipe) watched by ProcSource, all killed: SIGKILL to each until every exit is"
         + " delivered and reaped (C: pidfd_open + a dispatch read source per child, reaped in its cancel handler)",
       operation: "ns per exit", counts: [10, 100, 300, 1_000], quickCounts: [10, 100], rounds: 3,
       runners: variants(
@@ -207,24 +207,54 @@ func gcdFileSystemWatches(_ count: Int, events: Int) -> Double {
 
 // MARK: - Process sources, all exiting
 
-/// `count` children sleeping an hour, holding only the standard descriptors.
-func spawnSleepers(_ count: Int) -> [pid_t] {
-  var actions = posix_spawn_file_actions_t()
-  posix_spawn_file_actions_init(&actions)
-  defer { posix_spawn_file_actions_destroy(&actions) }
-  // glibc 2.34's closefrom action, which Swift's Glibc module does not
-  // declare (it needs _GNU_SOURCE): the children hold none of this process's
-  // descriptors (thousands of sockets in a full run), so that an exit costs
-  // what it costs the C variant's children.
-  if let closeFrom = closeFromAction { check(closeFrom(&actions, 3) == 0, "scale proc_sources: closefrom") }
-  var argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sleep"), strdup("3600"), nil]
-  defer { for argument in argv { free(argument) } }
-  return (0..<count).map { _ in
-    var pid: pid_t = 0
-    let spawned = posix_spawn(&pid, "/bin/sleep", &actions, nil, &argv, environ)
-    check(spawned == 0, "scale proc_sources: posix_spawn (\(spawned))")
-    return pid
+/// `count` children blocked in `/bin/cat` reading a pipe that stays
+/// empty, holding only the standard descriptors; they exit on SIGKILL, or
+/// on their own when this process dies (the pipe's write end closes).
+final class ScaleChildren {
+  let pids: [pid_t]
+  private let feed: Int32
+
+  init(_ count: Int) {
+    var ends: [Int32] = [0, 0]
+    check(pipe(&ends) == 0, "scale proc_sources: pipe (errno \(errno))")
+    feed = ends[1]
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_adddup2(&actions, ends[0], 0)
+    posix_spawn_file_actions_addclose(&actions, ends[0])
+    posix_spawn_file_actions_addclose(&actions, ends[1])
+    // glibc 2.34's closefrom action, which Swift's Glibc module does not
+    // declare (it needs _GNU_SOURCE): the children hold none of this process's
+    // descriptors (thousands of sockets in a full run), so that an exit costs
+    // what it costs the C variant's children.
+    if let closeFrom = closeFromAction { check(closeFrom(&actions, 3) == 0, "scale proc_sources: closefrom") }
+    var argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/cat"), nil]
+    defer { for argument in argv { free(argument) } }
+    pids = (0..<count).map { _ in
+      var pid: pid_t = 0
+      let spawned = posix_spawn(&pid, "/bin/cat", &actions, nil, &argv, environ)
+      check(spawned == 0, "scale proc_sources: posix_spawn (\(spawned))")
+      return pid
+    }
+    close(ends[0])
   }
+
+  /// SIGKILL to each.
+  func killAll() {
+    for pid in pids { kill(pid, SIGKILL) }
+  }
+
+  /// Kills and reaps them all.
+  func killAndReap() {
+    killAll()
+    for pid in pids {
+      var status: Int32 = 0
+      while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+  }
+
+  deinit { close(feed) }
 }
 
 private let closeFromAction = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np")
@@ -232,19 +262,11 @@ private let closeFromAction = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "pos
     unsafeBitCast($0, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
   }
 
-func killAndReap(_ pids: [pid_t]) {
-  for pid in pids { kill(pid, SIGKILL) }
-  for pid in pids {
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-  }
-}
-
 func gcdProcSourcesMemory(_ count: Int, _ heap: (@convention(c) () -> Int)?) -> Double {
-  let pids = spawnSleepers(count)
+  let children = ScaleChildren(count)
   let queue = Queue(label: "m")
   let bytes = heapPerObject(count, heap) { _ in
-    let sources = pids.map { pid in
+    let sources = children.pids.map { pid in
       let source = try! ProcSource(pid: pid, queue: queue)
       source.setEventHandler { _ in }
       source.resume()
@@ -255,16 +277,16 @@ func gcdProcSourcesMemory(_ count: Int, _ heap: (@convention(c) () -> Int)?) -> 
       queue.sync {}
     }
   }
-  killAndReap(pids)
+  children.killAndReap()
   return bytes
 }
 
 @inline(never)
 func gcdProcSources(_ count: Int) -> Double {
-  let pids = spawnSleepers(count)
+  let children = ScaleChildren(count)
   let queue = Queue(label: "bench.scale.proc")
   let exited = ScaleCount(wanted: count)
-  let sources = pids.map { pid in
+  let sources = children.pids.map { pid in
     let source = try! ProcSource(pid: pid, queue: queue)
     source.setEventHandler { _ in
       var status: Int32 = 0
@@ -275,7 +297,7 @@ func gcdProcSources(_ count: Int) -> Double {
     return source
   }
   let start = monotonicNanos()
-  for pid in pids { kill(pid, SIGKILL) }
+  children.killAll()
   exited.done.wait()
   let end = monotonicNanos()
   for source in sources { source.cancel() }

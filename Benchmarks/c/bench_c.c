@@ -1079,17 +1079,24 @@ EXPORT double bench_c_scale_fs_watches(int64_t n, double *extra) {
   return result;
 }
 
-/// `n` children sleeping an hour, holding only the standard descriptors.
-static pid_t *scale_spawn_sleepers(int64_t n) {
+/// `n` children blocked in /bin/cat reading a pipe that stays empty
+/// (`*feed` its write end), holding only the standard descriptors; they
+/// exit on SIGKILL, or on their own when this process dies.
+static pid_t *scale_spawn_children(int64_t n, int *feed) {
   pid_t *pids = malloc(sizeof(pid_t) * (size_t)(n > 0 ? n : 1));
+  int ends[2];
+  check(pipe2(ends, O_CLOEXEC) == 0, "scale proc_sources: pipe");
+  *feed = ends[1];
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, ends[0], 0);
   posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-  char *argv[] = {"/bin/sleep", "3600", NULL};
+  char *argv[] = {"/bin/cat", NULL};
   for (int64_t i = 0; i < n; i++) {
-    check(posix_spawn(&pids[i], "/bin/sleep", &actions, NULL, argv, environ) == 0, "scale proc_sources: posix_spawn");
+    check(posix_spawn(&pids[i], "/bin/cat", &actions, NULL, argv, environ) == 0, "scale proc_sources: posix_spawn");
   }
   posix_spawn_file_actions_destroy(&actions);
+  close(ends[0]);
   return pids;
 }
 
@@ -1108,7 +1115,8 @@ static void scale_kill_and_reap(pid_t *pids, int64_t n) {
 /// reaps. ns per exit. Memory: bytes per source, the children alive.
 EXPORT double bench_c_scale_proc_sources(int64_t n, double *extra) {
   int memory = extra[0] != 0;
-  pid_t *pids = scale_spawn_sleepers(n);
+  int feed;
+  pid_t *pids = scale_spawn_children(n, &feed);
   dispatch_queue_t queue = dispatch_queue_create("bench.scale.proc", NULL);
   struct scale_count *count = malloc(sizeof *count);
   *count = (struct scale_count){0, n, dispatch_semaphore_create(0)};
@@ -1155,6 +1163,7 @@ EXPORT double bench_c_scale_proc_sources(int64_t n, double *extra) {
   });
   free(sources);
   free(pids);
+  close(feed);
   dispatch_release(count->done);
   free(count);
   dispatch_release(queue);
