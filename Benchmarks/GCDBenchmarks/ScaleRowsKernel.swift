@@ -73,8 +73,9 @@ func kernelScaleRows(_ library: CLibrary?) -> [ScaleRow] {
     ScaleRow(
       name: "proc_sources",
       title:
-        "child processes (/bin/cat on an empty pipe) watched by ProcSource, all killed: SIGKILL to each until every exit is"
-        + " delivered and reaped (C: pidfd_open + a dispatch read source per child, reaped in its cancel handler)",
+        "child processes (/bin/cat on an empty pipe) watched by ProcSource, all killed: SIGKILL to each until"
+        + " every exit is delivered and reaped (C: pidfd_open + a dispatch read source per child, reaped in its"
+        + " cancel handler)",
       operation: "ns per exit", counts: [10, 100, 300, 1_000], quickCounts: [10, 100], rounds: 3,
       runners: variants(
         cScaleRunner(library, "proc_sources", memory: true),
