@@ -150,7 +150,7 @@ func scaleRows(_ library: CLibrary?, sockets: ScaleSockets) -> [ScaleRow] {
         ScaleRunner(timed: { gcdSemaphoreValue($0, creations: creations) }, memory: nil),
         ScaleRunner(timed: { dispatchSemaphoreValue($0, creations: creations) }, memory: nil)),
       unavailable: reasons(c: missingC, dispatch: nil)),
-  ] + concurrencyScaleRows(library)
+  ] + kernelScaleRows(library) + concurrencyScaleRows(library)
 }
 
 /// A count shared by handlers on one serial queue, and the semaphore the

@@ -1028,6 +1028,302 @@ EXPORT double bench_c_scale_work_item_graph(int64_t n, double *extra) {
   free(chain);
   free(fan);
   dispatch_release(group);
+
+// MARK: - Scale: kernel rows (fs_watches, proc_sources, io_channels)
+//
+// What a C user writes where libdispatch on Linux has no source type for
+// the job: one inotify instance read by one dispatch read source for file
+// watches, a pidfd read source per child for process exits; dispatch_io
+// stream channels for the copies.
+
+#include <errno.h>
+#include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+extern char **environ;
+
+/// The directory of the watched files (`0` … `N-1` idle, `active`), made by GCDBenchmarks.
+static char *scale_watch_directory;
+EXPORT void bench_c_scale_set_watch_directory(const char *directory) {
+  free(scale_watch_directory);
+  scale_watch_directory = strdup(directory);
+}
+
+/// What a C user keeps per watch to give each file its own handler: the
+/// watch descriptor and the handler, found by the descriptor.
+struct scale_watch {
+  int descriptor;
+  void (^handler)(uint32_t mask);
+};
+
+/// `n` idle watches and one active one on one inotify instance, one read
+/// source on it whose handler reads the events and calls each one's watch
+/// record's handler (a table indexed by watch descriptor, which inotify
+/// numbers from 1); `extra[1]` round trips of a 1-byte pwrite to the active
+/// file. ns per event. Memory: bytes per idle watch (its record, its table
+/// slot, the one source spread over them).
+EXPORT double bench_c_scale_fs_watches(int64_t n, double *extra) {
+  int memory = extra[0] != 0;
+  int64_t events = (int64_t)extra[1];
+  check(scale_watch_directory != NULL, "scale fs_watches: directory set");
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.fs", NULL);
+  int inotify = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  check(inotify >= 0, "scale fs_watches: inotify_init1");
+  char path[4096];
+  dispatch_semaphore_t got = dispatch_semaphore_create(0);
+  if (memory) scale_settle();
+  int64_t heap = bench_c_heap_in_use();
+  int64_t slots = n + 2;
+  struct scale_watch **watches = calloc((size_t)slots, sizeof(struct scale_watch *));
+  for (int64_t i = 0; i <= n; i++) {
+    if (i < n) {
+      snprintf(path, sizeof path, "%s/%lld", scale_watch_directory, (long long)i);
+    } else {
+      snprintf(path, sizeof path, "%s/active", scale_watch_directory);
+    }
+    int descriptor = inotify_add_watch(inotify, path, IN_MODIFY | IN_DELETE_SELF);
+    check(descriptor > 0 && descriptor < slots && watches[descriptor] == NULL, "scale fs_watches: inotify_add_watch");
+    struct scale_watch *watch = malloc(sizeof *watch);
+    watch->descriptor = descriptor;
+    if (i < n) {
+      watch->handler = Block_copy(^(uint32_t mask) {
+        (void)mask;
+      });
+    } else {
+      watch->handler = Block_copy(^(uint32_t mask) {
+        if (mask & IN_MODIFY) dispatch_semaphore_signal(got);
+      });
+    }
+    watches[descriptor] = watch;
+  }
+  dispatch_semaphore_t cancelled = dispatch_semaphore_create(0);
+  dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)inotify, 0, queue);
+  dispatch_source_set_event_handler(source, ^{
+    char buffer[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t length;
+    while ((length = read(inotify, buffer, sizeof buffer)) > 0) {
+      for (char *at = buffer; at < buffer + length;) {
+        struct inotify_event *event = (struct inotify_event *)at;
+        if (event->wd > 0 && event->wd < slots && watches[event->wd]) watches[event->wd]->handler(event->mask);
+        at += sizeof(struct inotify_event) + event->len;
+      }
+    }
+  });
+  dispatch_source_set_cancel_handler(source, ^{
+    close(inotify);
+    dispatch_semaphore_signal(cancelled);
+  });
+  dispatch_activate(source);
+  double result = 0;
+  if (memory) {
+    scale_settle();
+    result = (double)(bench_c_heap_in_use() - heap) / (double)n;
+  } else {
+    int file = open(path, O_WRONLY | O_CLOEXEC);
+    check(file >= 0, "scale fs_watches: open active");
+    char byte = 1;
+    int64_t start = now_ns();
+    for (int64_t i = 0; i < events; i++) {
+      check(pwrite(file, &byte, 1, 0) == 1, "scale fs_watches: pwrite");
+      dispatch_semaphore_wait(got, DISPATCH_TIME_FOREVER);
+    }
+    int64_t end = now_ns();
+    close(file);
+    result = per_op(start, end, events);
+  }
+  // Closing the instance drops every watch.
+  dispatch_source_cancel(source);
+  dispatch_semaphore_wait(cancelled, DISPATCH_TIME_FOREVER);
+  dispatch_release(source);
+  dispatch_release(got);
+  dispatch_release(cancelled);
+  dispatch_release(queue);
+  for (int64_t i = 0; i < slots; i++) {
+    if (watches[i]) {
+      Block_release(watches[i]->handler);
+      free(watches[i]);
+    }
+  }
+  free(watches);
+  return result;
+}
+
+/// `n` children blocked in /bin/cat reading a pipe that stays empty
+/// (`*feed` its write end), holding only the standard descriptors; they
+/// exit on SIGKILL, or on their own when this process dies.
+static pid_t *scale_spawn_children(int64_t n, int *feed) {
+  pid_t *pids = malloc(sizeof(pid_t) * (size_t)(n > 0 ? n : 1));
+  int ends[2];
+  check(pipe2(ends, O_CLOEXEC) == 0, "scale proc_sources: pipe");
+  *feed = ends[1];
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, ends[0], 0);
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  char *argv[] = {"/bin/cat", NULL};
+  for (int64_t i = 0; i < n; i++) {
+    check(posix_spawn(&pids[i], "/bin/cat", &actions, NULL, argv, environ) == 0, "scale proc_sources: posix_spawn");
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  close(ends[0]);
+  return pids;
+}
+
+static void scale_kill_and_reap(pid_t *pids, int64_t n) {
+  for (int64_t i = 0; i < n; i++) kill(pids[i], SIGKILL);
+  for (int64_t i = 0; i < n; i++) {
+    while (waitpid(pids[i], NULL, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+/// `n` children, each with a pidfd and a read source on it; all killed
+/// (SIGKILL each) until every exit has been delivered: the handler cancels
+/// the source, its cancel handler (once libdispatch has let go of the
+/// pidfd, which hangs up when the child is reaped) closes the pidfd and
+/// reaps. ns per exit. Memory: bytes per source, the children alive.
+EXPORT double bench_c_scale_proc_sources(int64_t n, double *extra) {
+  int memory = extra[0] != 0;
+  int feed;
+  pid_t *pids = scale_spawn_children(n, &feed);
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.proc", NULL);
+  struct scale_count *count = malloc(sizeof *count);
+  *count = (struct scale_count){0, n, dispatch_semaphore_create(0)};
+  if (memory) scale_settle();
+  int64_t heap = bench_c_heap_in_use();
+  dispatch_source_t *sources = malloc(sizeof(dispatch_source_t) * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    pid_t pid = pids[i];
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    check(pidfd >= 0, "scale proc_sources: pidfd_open");
+    dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)pidfd, 0, queue);
+    sources[i] = source;
+    dispatch_source_set_event_handler(source, ^{
+      dispatch_source_cancel(source);
+    });
+    dispatch_source_set_cancel_handler(source, ^{
+      close(pidfd);
+      if (!memory) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        scale_count_event(count);
+      }
+    });
+    dispatch_activate(source);
+  }
+  double result = 0;
+  if (memory) {
+    scale_settle();
+    result = (double)(bench_c_heap_in_use() - heap) / (double)n;
+    for (int64_t i = 0; i < n; i++) dispatch_source_cancel(sources[i]);
+    dispatch_sync(queue, ^{
+    });
+    scale_kill_and_reap(pids, n);
+  } else {
+    int64_t start = now_ns();
+    for (int64_t i = 0; i < n; i++) kill(pids[i], SIGKILL);
+    dispatch_semaphore_wait(count->done, DISPATCH_TIME_FOREVER);
+    int64_t end = now_ns();
+    check(count->value == n, "scale proc_sources: exits");
+    result = per_op(start, end, n);
+  }
+  for (int64_t i = 0; i < n; i++) dispatch_release(sources[i]);
+  dispatch_sync(queue, ^{
+  });
+  free(sources);
+  free(pids);
+  close(feed);
+  dispatch_release(count->done);
+  free(count);
+  dispatch_release(queue);
+  return result;
+}
+
+/// `n` pipes, each copied by a stream channel writing `extra[1]` bytes (one
+/// data object shared by all) and one reading that many; all at once.
+/// ns per KiB. Memory: bytes per channel with one read pending on an idle
+/// pipe.
+EXPORT double bench_c_scale_io_channels(int64_t n, double *extra) {
+  int memory = extra[0] != 0;
+  size_t bytes = (size_t)extra[1];
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.io", NULL);
+  int *fds = malloc(sizeof(int) * 2 * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) check(pipe2(fds + 2 * i, O_CLOEXEC) == 0, "scale io_channels: pipe");
+  dispatch_io_t *channels = malloc(sizeof(dispatch_io_t) * 2 * (size_t)(n > 0 ? n : 1));
+  dispatch_group_t cleaned = dispatch_group_create();
+  __block int64_t received = 0;
+  __block int64_t copied = 0;
+  dispatch_semaphore_t done = dispatch_semaphore_create(0);
+  double result = 0;
+  if (memory) {
+    scale_settle();
+    int64_t heap = bench_c_heap_in_use();
+    for (int64_t i = 0; i < n; i++) {
+      int descriptor = fds[2 * i];
+      dispatch_group_enter(cleaned);
+      channels[i] = dispatch_io_create(DISPATCH_IO_STREAM, descriptor, queue, ^(int error) {
+        (void)error;
+        close(descriptor);
+        dispatch_group_leave(cleaned);
+      });
+      dispatch_io_read(channels[i], 0, 1, queue, ^(bool finished, dispatch_data_t data, int error) {
+        (void)finished;
+        (void)data;
+        (void)error;
+      });
+    }
+    scale_settle();
+    result = (double)(bench_c_heap_in_use() - heap) / (double)n;
+    for (int64_t i = 0; i < n; i++) {
+      dispatch_io_close(channels[i], DISPATCH_IO_STOP);
+      dispatch_release(channels[i]);
+      close(fds[2 * i + 1]);
+    }
+  } else {
+    void *memory_bytes = malloc(bytes);
+    memset(memory_bytes, 0x78, bytes);
+    dispatch_data_t chunk = dispatch_data_create(memory_bytes, bytes, NULL, DISPATCH_DATA_DESTRUCTOR_FREE);
+    for (int64_t i = 0; i < 2 * n; i++) {
+      int descriptor = fds[i];
+      dispatch_group_enter(cleaned);
+      channels[i] = dispatch_io_create(DISPATCH_IO_STREAM, descriptor, queue, ^(int error) {
+        (void)error;
+        close(descriptor);
+        dispatch_group_leave(cleaned);
+      });
+    }
+    int64_t start = now_ns();
+    for (int64_t i = 0; i < n; i++) {
+      dispatch_io_read(channels[2 * i], 0, bytes, queue, ^(bool finished, dispatch_data_t data, int error) {
+        if (data) received += (int64_t)dispatch_data_get_size(data);
+        if (finished) {
+          check(error == 0, "scale io_channels: read error");
+          if (++copied == n) dispatch_semaphore_signal(done);
+        }
+      });
+      dispatch_io_write(channels[2 * i + 1], 0, chunk, queue, ^(bool finished, dispatch_data_t rest, int error) {
+        (void)finished;
+        (void)rest;
+        (void)error;
+      });
+    }
+    dispatch_semaphore_wait(done, DISPATCH_TIME_FOREVER);
+    int64_t end = now_ns();
+    for (int64_t i = 0; i < 2 * n; i++) {
+      dispatch_io_close(channels[i], 0);
+      dispatch_release(channels[i]);
+    }
+    dispatch_release(chunk);
+    result = (double)(end - start) / ((double)n * (double)bytes / 1024.0);
+  }
+  dispatch_group_wait(cleaned, DISPATCH_TIME_FOREVER);
+  if (!memory) check(received == n * (int64_t)bytes, "scale io_channels: bytes received");
+  dispatch_release(cleaned);
+  dispatch_release(done);
+  free(channels);
+  free(fds);
   dispatch_release(queue);
   return result;
 }
