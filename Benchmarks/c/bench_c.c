@@ -994,8 +994,8 @@ EXPORT double bench_c_scale_work_item_graph(int64_t n, double *extra) {
       scale_graph_ran(counter);
     });
   }
-  // Linked from the chain's end, as the Swift variants are (WorkItem's cycle check needs it).
-  for (int64_t i = branch - 1; i >= 0; i--) dispatch_block_notify(i == 0 ? root : chain[i - 1], queue, chain[i]);
+  // Linked from the chain's start, as the Swift variants are.
+  for (int64_t i = 0; i < branch; i++) dispatch_block_notify(i == 0 ? root : chain[i - 1], queue, chain[i]);
   for (int64_t i = 0; i < branch; i++) {
     dispatch_group_enter(group);
     fan[i] = dispatch_block_create(0, ^{
@@ -1028,6 +1028,9 @@ EXPORT double bench_c_scale_work_item_graph(int64_t n, double *extra) {
   free(chain);
   free(fan);
   dispatch_release(group);
+  dispatch_release(queue);
+  return result;
+}
 
 // MARK: - Scale: kernel rows (fs_watches, proc_sources, io_channels)
 //

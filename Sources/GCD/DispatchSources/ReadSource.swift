@@ -11,12 +11,13 @@
 /// source; read until `read` returns 0 and cancel then.
 ///
 /// On Linux libdispatch does not watch the descriptor itself but an epoll instance of the
-/// package's own that holds it (one more descriptor per source, closed once after the cancel
-/// handler), so that a peer's hang-up cannot reach libdispatch's use-after-free
-/// (swift-corelibs-libdispatch#949); the handler sees the same events. A regular file is watched
-/// directly. The instance is closed asynchronously after the cancel handler: a tight loop
-/// that creates and cancels thousands of started sources can hold that many descriptors for a
-/// moment (and meet the descriptor limit); pace such loops. See docs/sources-linux.md.
+/// package's own that holds it (one more descriptor per source, emptied just before the cancel
+/// handler and kept for the next source, or closed), so that a peer's hang-up cannot reach
+/// libdispatch's use-after-free (swift-corelibs-libdispatch#949); the handler sees the same
+/// events. A regular file is watched directly. The instance is given up asynchronously, when the
+/// cancel handler runs: a tight loop that creates and cancels thousands of started sources can
+/// hold that many descriptors for a moment (and meet the descriptor limit); pace such loops. See
+/// docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, on the epoll instance).
@@ -52,7 +53,7 @@ public final class ReadSource: Source, @unchecked Sendable {
       descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
     self.nest = nest
-    super.init(created: created, queue: queue, ownedCleanup: nest?.closing)
+    super.init(created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true)
   }
 
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.

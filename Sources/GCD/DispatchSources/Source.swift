@@ -88,7 +88,7 @@ public class Source: GCDObject, @unchecked Sendable {
       // An epoll instance is readable while the descriptor in it is ready, and never writable.
       return (try create(.read, handle: UInt(nest.instance), queue: queue), nest)
     } catch {
-      nest.close()
+      nest.release()
       throw error
     }
   }
@@ -99,15 +99,19 @@ public class Source: GCDObject, @unchecked Sendable {
   ///   - ownedCleanup: Work the source's owner must do when the source is
   ///     cancelled (closing a descriptor it opened), after the user's
   ///     cancel handler; runs once.
+  ///   - cleanupFirst: Run `ownedCleanup` before the user's cancel handler
+  ///     instead, while the user's descriptor is still open.
   ///   - onActivate: Called once when the source is first started.
   init(
     created: OpaquePointer, queue: Queue,
-    ownedCleanup: (@Sendable () -> Void)? = nil, onActivate: (@Sendable () -> Void)? = nil
+    ownedCleanup: (@Sendable () -> Void)? = nil, cleanupFirst: Bool = false,
+    onActivate: (@Sendable () -> Void)? = nil
   ) {
     lifecycle = Atomic(.inactive)
     self.onActivate = onActivate
     if let ownedCleanup {
-      let handlers = SourceHandlers(raw: created, target: queue, ownedCleanup: ownedCleanup)
+      let handlers = SourceHandlers(
+        raw: created, target: queue, ownedCleanup: ownedCleanup, cleanupFirst: cleanupFirst)
       shared = Mutex(Shared(target: queue, handlers: handlers))
       handlers.installCancelBlock()
     } else {

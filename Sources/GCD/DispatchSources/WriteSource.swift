@@ -14,12 +14,13 @@
 /// A reader that goes away while the pipe is full reaches the handler at once (the next `write`
 /// fails with `EPIPE`): on Linux libdispatch watches an epoll instance of the package's own that
 /// holds the descriptor, which becomes readable on the pipe's `EPOLLERR` — libdispatch itself
-/// ignores an `EPOLLERR` that comes alone. The nest (one more descriptor per source, closed once
-/// after the cancel handler) also keeps a peer's hang-up away from libdispatch's use-after-free
-/// (swift-corelibs-libdispatch#949). A regular file is watched directly. The instance is closed
-/// asynchronously after the cancel handler: a tight loop that creates and cancels thousands of
-/// started sources can hold that many descriptors for a moment (and meet the descriptor limit);
-/// pace such loops. See docs/sources-linux.md.
+/// ignores an `EPOLLERR` that comes alone. The nest (one more descriptor per source, emptied just
+/// before the cancel handler and kept for the next source, or closed) also keeps a peer's hang-up
+/// away from libdispatch's use-after-free (swift-corelibs-libdispatch#949). A regular file is
+/// watched directly. The instance is given up asynchronously, when the cancel handler runs: a
+/// tight loop that creates and cancels thousands of started sources can hold that many
+/// descriptors for a moment (and meet the descriptor limit); pace such loops. See
+/// docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`
 /// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_READ` source on the epoll instance).
@@ -67,7 +68,7 @@ public final class WriteSource: Source, @unchecked Sendable {
       descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
     self.nest = nest
-    super.init(created: created, queue: queue, ownedCleanup: nest?.closing)
+    super.init(created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true)
   }
 
   /// What libdispatch reports: the bytes still queued for sending on a socket (`SIOCOUTQ`), 1 for

@@ -13,11 +13,51 @@ import Synchronization
 /// error itself. No `epoll_wait` is made on it: libdispatch's own `epoll_wait` sees it readable,
 /// and its re-arm after each handler call asks the kernel, which checks the nested descriptor.
 ///
-/// The instance is closed exactly once, by `close()`, in the owning source's cancel path after
+/// The instance leaves the nest exactly once, in the owning source's cancel path after
 /// libdispatch has unregistered it (the cancel handler runs after libdispatch's `EPOLL_CTL_DEL`),
-/// or on a creation that fails. The watched descriptor stays its owner's: closing the instance
-/// only drops the registration.
+/// or on a creation that fails: `release()` takes the watched descriptor out of it, before the
+/// user's cancel handler (which may close the descriptor), and gives the empty instance back to a
+/// small process-wide pool for the next source; `close()` closes it instead (the pidfd's nest).
+/// Reuse saves `epoll_create1` and `close` (and the kernel's allocation and release of the
+/// instance's file) per source: a server makes two sources per connection. An instance goes back
+/// only when it is empty for certain — its `EPOLL_CTL_DEL` succeeded — and only while the pool
+/// holds fewer than `poolCapacity`; otherwise it is closed. The watched descriptor stays its
+/// owner's: the nest only drops its registration.
+///
+/// Interleavings: the pool is a `Mutex`; an instance is in the pool or in exactly one nest, never
+/// both (taken out under the lock before `EPOLL_CTL_ADD`, put back under it after
+/// `EPOLL_CTL_DEL`). libdispatch may still hold its own source on the instance's number after the
+/// cancel handler (the C source is released later), but it has deleted its registration, and a
+/// dispatch source touches its handle only while registered; a new source on the reused number is
+/// a new registration, as a reused descriptor number always is. `NestedEpollTests.poolReuse`,
+/// `poolBounded` and `poolSkipsClosedDescriptor`, and the churn tests (4 threads creating and
+/// cancelling under the scribbling allocator) cover it.
 final class EpollNest: Sendable {
+  /// At most this many idle, empty instances wait in the pool (descriptors the process keeps open
+  /// for reuse; close-on-exec).
+  static let poolCapacity = 32
+
+  /// The idle instances, each empty.
+  private static let pool = Mutex<[Int32]>(
+    {
+      var idle: [Int32] = []
+      idle.reserveCapacity(poolCapacity)
+      return idle
+    }())
+
+  /// An empty instance from the pool, or nil.
+  private static func takeIdle() -> Int32? { pool.withLock { $0.popLast() } }
+
+  /// Gives an empty instance back; closes it when the pool is full.
+  private static func giveBack(_ instance: Int32) {
+    let kept = pool.withLock { idle in
+      guard idle.count < poolCapacity else { return false }
+      idle.append(instance)
+      return true
+    }
+    if !kept { system_close(instance) }
+  }
+
   /// The epoll instance: what libdispatch watches.
   let instance: Int32
   /// The descriptor registered in it, read for the size estimate.
@@ -45,13 +85,18 @@ final class EpollNest: Sendable {
   static func make(watching descriptor: Int32, writable: Bool, operation: @autoclosure () -> String)
     throws(GCDError) -> EpollNest?
   {
-    let instance = try checkedCall(operation() + ": epoll_create1", detail: explainCreate) { system_epoll_create() }
+    let instance: Int32
+    if let idle = takeIdle() {
+      instance = idle
+    } else {
+      instance = try checkedCall(operation() + ": epoll_create1", detail: explainCreate) { system_epoll_create() }
+    }
     do {
       _ = try checkedCall(operation() + ": epoll_ctl(EPOLL_CTL_ADD)", detail: explainAdd) {
         system_epoll_add(instance, descriptor, writable: writable)
       }
     } catch {
-      system_close(instance)
+      giveBack(instance)  // still empty: the add failed
       if error.errno == Errno.notPermitted { return nil }
       throw error
     }
@@ -71,11 +116,25 @@ final class EpollNest: Sendable {
     return UInt(clamping: bytes)
   }
 
-  /// Closes the instance (its registration of `watched` goes with it). Called once.
+  /// Closes the instance (its registration of `watched` goes with it). Called once, instead of
+  /// `release()`.
   func close() { system_close(instance) }
 
-  /// `close()` as the owning source's cleanup, run once after its cancel handler.
-  var closing: @Sendable () -> Void { { [self] in close() } }
+  /// Takes `watched` out of the instance and gives the empty instance to the pool; closes it
+  /// instead when the removal fails (`watched` was closed before the cancel handler, or its number
+  /// now names another file: the registration may outlive the number, so the instance is not
+  /// reused). Called once, once libdispatch no longer watches the instance, and while `watched`
+  /// is open: before the user's cancel handler, or on a creation that fails.
+  func release() {
+    if system_epoll_remove(instance, watched) == 0 {
+      EpollNest.giveBack(instance)
+    } else {
+      close()
+    }
+  }
+
+  /// `release()` as the owning source's cleanup, run once before its cancel handler.
+  var releasing: @Sendable () -> Void { { [self] in release() } }
 
   private static func explainCreate(_ error: Int32) -> String? {
     switch error {

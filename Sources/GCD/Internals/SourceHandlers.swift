@@ -20,14 +20,19 @@ final class SourceHandlers: Sendable {
   /// Run at cancellation after the user's cancel handler: the event
   /// sequence's end (set once, by `SourceEvents`).
   let cancelHook = Mutex<(@Sendable () -> Void)?>(nil)
-  /// Run once at cancellation, after the user's cancel handler.
+  /// Run once at cancellation, after the user's cancel handler (or before it, when
+  /// `cleanupFirst`).
   let ownedCleanup: (@Sendable () -> Void)?
+  /// Whether `ownedCleanup` runs before the user's cancel handler: work that needs the user's
+  /// descriptor still open (a nest's `EPOLL_CTL_DEL`), which the user closes in that handler.
+  let cleanupFirst: Bool
 
-  init(raw: OpaquePointer, target: Queue, ownedCleanup: (@Sendable () -> Void)?) {
+  init(raw: OpaquePointer, target: Queue, ownedCleanup: (@Sendable () -> Void)?, cleanupFirst: Bool = false) {
     self.raw = raw
     self.target = Atomic(SourceHandlers.targetWord(target))
     cancel = Mutex((handler: .none, installed: ownedCleanup != nil))
     self.ownedCleanup = ownedCleanup
+    self.cleanupFirst = cleanupFirst
   }
 
   /// The queue's address and its exclusive bit as one word.
@@ -64,6 +69,7 @@ final class SourceHandlers: Sendable {
   /// The one cancel handler libdispatch sees: the user's, then the owner's cleanup.
   func installCancelBlock() {
     let run: @Sendable () -> Void = { [self] in
+      if cleanupFirst { ownedCleanup?() }
       let handler = cancel.withLock { cancel in
         defer { cancel.handler = .none }
         return cancel.handler
@@ -85,7 +91,7 @@ final class SourceHandlers: Sendable {
         defer { (registration.handler, registration.hook) = (.none, nil) }
         return registration
       }
-      ownedCleanup?()
+      if !cleanupFirst { ownedCleanup?() }
     }
     Libdispatch.source_set_cancel_handler(raw, block(run))
   }

@@ -236,10 +236,12 @@ func system_epoll_add(_ epoll: Int32, _ descriptor: Int32, writable: Bool) -> In
   system_epoll_add(epoll, descriptor, events: writable ? EPOLLOUT.rawValue : EPOLLIN.rawValue)
 }
 
-/// `epoll_ctl(EPOLL_CTL_DEL)`, result unchecked.
-func system_epoll_remove(_ epoll: Int32, _ descriptor: Int32) {
+/// `epoll_ctl(EPOLL_CTL_DEL)`; -1 and errno on failure (`EBADF` when `descriptor` is closed,
+/// `ENOENT` when the open file it now names is not the one registered).
+@discardableResult
+func system_epoll_remove(_ epoll: Int32, _ descriptor: Int32) -> Int32 {
   var event = epoll_event()
-  _ = epoll_ctl(epoll, Int32(EPOLL_CTL_DEL), descriptor, &event)
+  return epoll_ctl(epoll, Int32(EPOLL_CTL_DEL), descriptor, &event)
 }
 
 /// `epoll_wait(epoll, …, 0)` until nothing is ready: the union of the events

@@ -13,6 +13,9 @@ struct WorkItemMachine: ~Copyable {
   var phase: WorkItem.State = .pending
   /// `cancel()` was called (in any phase): what `isCancelled` reports.
   var cancelRequested = false
+  /// Another item was started after this one (`start(on:after:)`): only such an item can close a
+  /// cycle, so the cycle check runs only for it. Set under `WorkItem.linking`, never cleared.
+  var waitedOn = false
   /// The closure, until it runs or the item is cancelled: `begin` moves it
   /// out, so it can run only once.
   var body: (@Sendable () -> Void)?

@@ -257,12 +257,17 @@ public final class WorkItem: Sendable {
       return
     }
     WorkItem.linking.withLock { _ in
-      if let path = dependencies.lazy.compactMap({ $0.path(to: self) }).first {
+      // A cycle through other items ends in an item that waits for this one: an item nothing
+      // waits for (a chain's new end, the common case) skips the walk, which would otherwise
+      // cover every pending item behind it (quadratic in a chain built from its start).
+      let mayCloseCycle = dependencies.contains { $0 === self } || machine.withLock { $0.waitedOn }
+      if mayCloseCycle, let path = dependencies.lazy.compactMap({ $0.path(to: self) }).first {
         fatalError(
           "GCD: WorkItem.start(after:) would make a cycle: \(ObjectIdentifier(self)) waits for itself through "
             + "\(path.map { "\(ObjectIdentifier($0))" }.joined(separator: " -> "))")
       }
       machine.withLock { $0.addDependencies(dependencies) }
+      for dependency in dependencies { dependency.machine.withLock { $0.waitedOn = true } }
     }
     let gate = DependencyGate(item: self, queue: queue, count: dependencies.count + 1)
     for dependency in dependencies {
@@ -276,15 +281,23 @@ public final class WorkItem: Sendable {
   private static let linking = Mutex(())
 
   /// The chain of items from this one to `target` through dependencies that
-  /// have not completed, if there is one.
+  /// have not completed, if there is one. Each item is visited once, and the
+  /// chain is rebuilt from the visit's links only when `target` is found, so
+  /// the walk is linear in the items it reaches.
   private func path(to target: WorkItem) -> [WorkItem]? {
-    var seen: Set<ObjectIdentifier> = []
-    var stack: [(WorkItem, [WorkItem])] = [(self, [self])]
-    while let (item, path) = stack.popLast() {
-      if item === target { return path }
-      guard seen.insert(ObjectIdentifier(item)).inserted else { continue }
-      let next = item.machine.withLock { $0.pendingDependencies }
-      stack.append(contentsOf: next.map { ($0, path + [$0]) })
+    var reachedFrom: [ObjectIdentifier: WorkItem] = [:]
+    var seen: Set<ObjectIdentifier> = [ObjectIdentifier(self)]
+    var stack: [WorkItem] = [self]
+    while let item = stack.popLast() {
+      if item === target {
+        var path = [item]
+        while let previous = reachedFrom[ObjectIdentifier(path[path.count - 1])] { path.append(previous) }
+        return path.reversed()
+      }
+      for next in item.machine.withLock({ $0.pendingDependencies }) where seen.insert(ObjectIdentifier(next)).inserted {
+        reachedFrom[ObjectIdentifier(next)] = item
+        stack.append(next)
+      }
     }
     return nil
   }

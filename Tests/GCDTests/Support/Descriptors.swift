@@ -24,8 +24,45 @@ func openDescriptorCount(where isOwned: (String) -> Bool) -> Int {
   openDescriptorTargets().values.filter(isOwned).count
 }
 
-/// Every open descriptor of this process and what it refers to.
+/// Every open descriptor of this process and what it refers to, but for the idle epoll instances
+/// the package keeps for reuse (an epoll instance that watches nothing: the nests of descriptor
+/// sources given back after their cancel handlers, at most `EpollNest.poolCapacity` of them,
+/// tested in `NestedEpollTests`): they are not a source's, and which numbers they hold depends on
+/// what ran before.
 func openDescriptorTargets() -> [Int32: String] {
+  allOpenDescriptorTargets().filter { descriptor, target in
+    !(target.contains("eventpoll") && epollTargets(of: descriptor)?.isEmpty == true)
+  }
+}
+
+/// The descriptors an epoll instance watches (the `tfd:` lines of its fdinfo); nil when the
+/// fdinfo cannot be read (the descriptor is not open).
+func epollTargets(of descriptor: Int32) -> [Int32]? {
+  guard let file = fopen("/proc/self/fdinfo/\(descriptor)", "re") else { return nil }
+  defer { fclose(file) }
+  var targets: [Int32] = []
+  var line = [CChar](repeating: 0, count: 512)
+  while fgets(&line, Int32(line.count), file) != nil {
+    let text = line.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    guard text.hasPrefix("tfd:") else { continue }
+    if let number = text.dropFirst(4).split(separator: " ", omittingEmptySubsequences: true).first.flatMap({ Int32($0) }
+    ) {
+      targets.append(number)
+    }
+  }
+  return targets
+}
+
+/// The epoll instances of this process that watch nothing (the package's idle nests).
+func idleEpollInstances() -> Set<Int32> {
+  Set(
+    allOpenDescriptorTargets().filter { descriptor, target in
+      target.contains("eventpoll") && epollTargets(of: descriptor)?.isEmpty == true
+    }.keys)
+}
+
+/// Every open descriptor of this process and what it refers to, the idle epoll instances too.
+func allOpenDescriptorTargets() -> [Int32: String] {
   guard let directory = opendir("/proc/self/fd") else { return [:] }
   defer { closedir(directory) }
   let own = dirfd(directory)
