@@ -61,6 +61,36 @@ struct WorkItemTests {
     #expect(failures.isEmpty, "\(failures)")
   }
 
+  // On main this did not finish: each link's cycle check walked the whole pending chain behind it
+  // and copied the path at every step (O(depth²) per link), so 20,000 links took hours; the scale
+  // row work_item_graph found it (docs/performance.md, "Scale").
+  @Test(
+    "a pending chain of 20,000 items linked from its start, then a cycle closed on it, then run in order",
+    .timeLimit(.minutes(1)))
+  func longChainFromItsStart() async {
+    let queue = Queue(label: "workitem.long-chain")
+    let ran = Recorder<Int>()
+    let root = WorkItem {}
+    let chain = (0..<20_000).map { index in WorkItem { ran.append(index) } }
+    for (index, item) in chain.enumerated() {
+      item.start(on: queue, after: [index == 0 ? root : chain[index - 1]])
+    }
+    queue.async(root)
+    let last = try? await chain[chain.count - 1].finished
+    #expect(last == .finished)
+    #expect(ran.values == Array(0..<20_000))
+    // The walk still finds a cycle through the whole chain when there is one.
+    let cycle = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let first = WorkItem {}
+      let links = (0..<5_000).map { _ in WorkItem {} }
+      for (index, item) in links.enumerated() {
+        item.start(on: .global(), after: [index == 0 ? first : links[index - 1]])
+      }
+      first.start(on: .global(), after: [links[links.count - 1]])
+    }
+    #expect(standardError(of: cycle).contains("WorkItem.start(after:) would make a cycle"))
+  }
+
   @Test("a cancelled dependency counts as done: the dependent runs and sees .cancelled")
   func cancelledDependencyReleasesDependents() {
     let queue = Queue(label: "workitem.cancelled-dependency")
