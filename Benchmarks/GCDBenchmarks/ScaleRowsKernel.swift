@@ -50,7 +50,7 @@ func kernelScaleRows(_ library: CLibrary?) -> [ScaleRow] {
       title:
         "watched files (FileSystemSource, .write), one changing: a 1-byte pwrite to it until its source's handler"
         + " runs (C: one inotify instance, N inotify_add_watch, one dispatch read source on it; N to 9,000: each"
-        + " GCD watch holds an O_PATH descriptor, and the full run's socket rows hold 10,000 of the 20,000 a"
+        + " GCD watch holds an O_PATH descriptor, and the full run's socket rows hold 9,000 of the 20,000 a"
         + " process may open here)",
       operation: "ns per event", counts: [10, 100, 1_000, 9_000], quickCounts: [10, 1_000],
       runners: variants(

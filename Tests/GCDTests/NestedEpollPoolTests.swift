@@ -41,11 +41,12 @@ extension NestedEpollTests {
   }
 }
 
-/// The epoll instances that watch `descriptor` (a nest holds its source's descriptor).
+/// The epoll instances that watch `descriptor` and nothing else: the nests that hold it (a nest
+/// holds its source's descriptor alone; libdispatch's own instance watches many).
 private func nests(watching descriptor: Int32) -> Set<Int32> {
   Set(
     allOpenDescriptorTargets().filter { number, target in
-      target.contains("eventpoll") && (epollTargets(of: number) ?? []).contains(descriptor)
+      target.contains("eventpoll") && epollTargets(of: number) == [descriptor]
     }.keys)
 }
 
@@ -180,4 +181,60 @@ private func checkPoolSkipsClosedDescriptor() -> Never {
   close(writeEnd)
   close(otherWrite)
   endChild("ok: the instance was closed; the next source sees only its own pipe")
+}
+
+// The kernel allows at most 500 paths through nested epoll instances to one open file
+// (`reverse_path_check`): with a nest per source, the 501st source on one file — dups of one
+// socket, or the same descriptor — failed its registration in libdispatch (EINVAL, unseen: its
+// registration handler still ran) and never fired. On the commit before the limit, 100 of these 600
+// sources never fired. Sources past `EpollNest.nestsPerFileLimit` on one file are watched directly.
+extension NestedEpollTests {
+  @Test("600 read sources on one socket (dups and the descriptor itself) all register and all fire")
+  func manySourcesOnOneFile() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkManySourcesOnOneFile()
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+}
+
+private func checkManySourcesOnOneFile() -> Never {
+  let count = 600
+  let (mine, peer) = makeSocketPair()
+  let descriptors = (0..<count).map { $0.isMultiple(of: 2) ? mine : dup(mine) }
+  let queue = Queue(label: "nest.one.file")
+  let registered = Latch(count: count)
+  let fired = Latch(count: count)
+  let sources: [ReadSource]
+  do {
+    sources = try descriptors.map { try ReadSource(fileDescriptor: $0, queue: queue) }
+  } catch {
+    endChild("failed: \(error)")
+  }
+  let firedOnce = Mutex<Set<Int>>([])
+  for (index, source) in sources.enumerated() {
+    source.setRegistrationHandler { registered.signal() }
+    source.setEventHandler {
+      if firedOnce.withLock({ $0.insert(index).inserted }) { fired.signal() }
+    }
+    source.resume()
+  }
+  childCheck(registered.wait(), "\(registered.count) of \(count) sources on one socket never registered")
+  var byte: UInt8 = 1
+  _ = send(peer, &byte, 1, 0)
+  childCheck(fired.wait(), "\(fired.count) of \(count) sources on one readable socket never fired")
+  let nested = Set(Set(descriptors).flatMap { nests(watching: $0) }).count
+  childCheck(
+    nested <= EpollNest.nestsPerFileLimit,
+    "\(nested) epoll instances watch one socket, more than \(EpollNest.nestsPerFileLimit)")
+  let cancelled = Latch(count: count)
+  for source in sources {
+    source.setCancelHandler { cancelled.signal() }
+    source.cancel()
+  }
+  requireInChild(cancelled, "cancel handlers did not run")
+  for descriptor in Set(descriptors) { close(descriptor) }
+  close(peer)
+  endChild("ok: \(count) sources on one socket registered and fired; \(nested) through nests")
 }

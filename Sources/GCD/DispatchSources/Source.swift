@@ -82,7 +82,10 @@ public class Source: GCDObject, @unchecked Sendable {
     }
     let nest =
       status.epollRefuses
-      ? nil : try EpollNest.make(watching: descriptor, writable: type == .write, operation: operation())
+      ? nil
+      : try EpollNest.make(
+        watching: descriptor, writable: type == .write,
+        file: EpollNest.WatchedFile(device: status.device, inode: status.inode), operation: operation())
     guard let nest else { return (try create(type, handle: UInt(descriptor), queue: queue), nil) }
     do {
       // An epoll instance is readable while the descriptor in it is ready, and never writable.

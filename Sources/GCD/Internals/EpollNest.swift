@@ -45,6 +45,44 @@ final class EpollNest: Sendable {
       return idle
     }())
 
+  /// A watched file: its device and inode (every descriptor of one pipe or socket has the same).
+  struct WatchedFile: Hashable {
+    let device: UInt64
+    let inode: UInt64
+  }
+
+  /// At most this many nests watch one file at once; a source past them is watched by
+  /// libdispatch directly, as a regular file is. The kernel allows at most 500 paths through
+  /// nested epoll instances to one open file, and checks them all on each `EPOLL_CTL_ADD` of an
+  /// instance: with a nest per source, the 501st source on one file (dups of one socket, or the
+  /// same descriptor) failed its registration in libdispatch (`EINVAL`, which libdispatch does
+  /// not report) and never fired, and each registration walked every earlier one
+  /// (`NestedEpollTests.manySourcesOnOneFile`). A server's connection has one or two sources on
+  /// its socket; this many sources on one file is a program watching one descriptor from many
+  /// places, which the nest no longer protects past the limit (docs/sources-linux.md).
+  static let nestsPerFileLimit = 64
+
+  /// The nests alive per watched file (files with none are not kept).
+  private static let nestsPerFile = Mutex<[WatchedFile: Int]>([:])
+
+  /// Counts a nest for `file`; false when `nestsPerFileLimit` already watch it.
+  private static func admit(_ file: WatchedFile) -> Bool {
+    nestsPerFile.withLock { counts in
+      let count = counts[file, default: 0]
+      guard count < nestsPerFileLimit else { return false }
+      counts[file] = count + 1
+      return true
+    }
+  }
+
+  /// Uncounts a nest for `file`.
+  private static func leave(_ file: WatchedFile) {
+    nestsPerFile.withLock { counts in
+      let count = counts[file, default: 1] - 1
+      counts[file] = count > 0 ? count : nil
+    }
+  }
+
   /// An empty instance from the pool, or nil.
   private static func takeIdle() -> Int32? { pool.withLock { $0.popLast() } }
 
@@ -64,32 +102,42 @@ final class EpollNest: Sendable {
   let watched: Int32
   /// Whether `watched` is registered for `EPOLLOUT` (a write source) rather than `EPOLLIN`.
   let writable: Bool
+  /// The file `watched` names, counted in `nestsPerFile`; nil when not counted (a pidfd).
+  private let file: WatchedFile?
   /// Set once the queue-size request has failed on `watched` (a pipe's write end, a listening
   /// socket, a pidfd): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two
   /// threads that read the estimate at once may both make the failing call once; each returns 1.
   private let estimateUnsupported = Atomic<Bool>(false)
 
-  private init(instance: Int32, watched: Int32, writable: Bool) {
+  private init(instance: Int32, watched: Int32, writable: Bool, file: WatchedFile?) {
     self.instance = instance
     self.watched = watched
     self.writable = writable
+    self.file = file
   }
 
   /// An instance holding `descriptor` for `EPOLLIN`, or `EPOLLOUT` when `writable`; nil when epoll
-  /// cannot watch the descriptor (`EPERM`: a character device without poll support, say) — then
-  /// libdispatch watches it directly, as it always has.
+  /// cannot watch the descriptor (`EPERM`: a character device without poll support, say), or
+  /// when `nestsPerFileLimit` nests already watch `file` — then libdispatch watches it directly,
+  /// as it always has.
   ///
   /// - Throws: `GCDError` naming `operation` and `epoll_create1` (`EMFILE` when the descriptor
   ///   table is full: the nest takes one descriptor per source) or `epoll_ctl` (`ENOMEM`,
   ///   `ENOSPC` when `max_user_watches` is reached).
-  static func make(watching descriptor: Int32, writable: Bool, operation: @autoclosure () -> String)
-    throws(GCDError) -> EpollNest?
-  {
+  static func make(
+    watching descriptor: Int32, writable: Bool, file: WatchedFile? = nil, operation: @autoclosure () -> String
+  ) throws(GCDError) -> EpollNest? {
+    if let file, !admit(file) { return nil }
     let instance: Int32
     if let idle = takeIdle() {
       instance = idle
     } else {
-      instance = try checkedCall(operation() + ": epoll_create1", detail: explainCreate) { system_epoll_create() }
+      do {
+        instance = try checkedCall(operation() + ": epoll_create1", detail: explainCreate) { system_epoll_create() }
+      } catch {
+        if let file { leave(file) }
+        throw error
+      }
     }
     do {
       _ = try checkedCall(operation() + ": epoll_ctl(EPOLL_CTL_ADD)", detail: explainAdd) {
@@ -97,10 +145,11 @@ final class EpollNest: Sendable {
       }
     } catch {
       giveBack(instance)  // still empty: the add failed
+      if let file { leave(file) }
       if error.errno == Errno.notPermitted { return nil }
       throw error
     }
-    return EpollNest(instance: instance, watched: descriptor, writable: writable)
+    return EpollNest(instance: instance, watched: descriptor, writable: writable, file: file)
   }
 
   /// What libdispatch reported as the source's data when it watched the descriptor: the bytes
@@ -118,7 +167,10 @@ final class EpollNest: Sendable {
 
   /// Closes the instance (its registration of `watched` goes with it). Called once, instead of
   /// `release()`.
-  func close() { system_close(instance) }
+  func close() {
+    system_close(instance)
+    if let file { EpollNest.leave(file) }
+  }
 
   /// Takes `watched` out of the instance and gives the empty instance to the pool; closes it
   /// instead when the removal fails (`watched` was closed before the cancel handler, or its number
@@ -128,6 +180,7 @@ final class EpollNest: Sendable {
   func release() {
     if system_epoll_remove(instance, watched) == 0 {
       EpollNest.giveBack(instance)
+      if let file { EpollNest.leave(file) }
     } else {
       close()
     }

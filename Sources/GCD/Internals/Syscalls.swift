@@ -75,6 +75,9 @@ struct FileStatus {
   var isRegular: Bool
   var size: Int
   var links: UInt
+  /// The file's device and inode: the same for every descriptor of one pipe or socket.
+  var device: UInt64
+  var inode: UInt64
 }
 
 /// `fstat(2)`; nil (errno set) when it fails.
@@ -86,7 +89,8 @@ func system_fstat(_ descriptor: Int32) -> FileStatus? {
     isStream: status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK,
     isBidirectional: status.st_mode & S_IFMT == S_IFSOCK || status.st_mode & S_IFMT == S_IFCHR,
     isRegular: status.st_mode & S_IFMT == S_IFREG,
-    size: Int(status.st_size), links: UInt(status.st_nlink))
+    size: Int(status.st_size), links: UInt(status.st_nlink), device: UInt64(status.st_dev),
+    inode: UInt64(status.st_ino))
 }
 
 /// `fcntl(F_DUPFD_CLOEXEC)`: a close-on-exec duplicate; -1 and errno on failure.
