@@ -279,7 +279,13 @@ extension PressureTests {
     // Needs PSI, root and the cgroup v1 memory controller to make pressure; where it cannot, the next
     // test checks that it says why instead.
     @Test(.enabled(if: canMakeMemoryPressure, needsMemoryPressure)) func memoryPressure() async throws {
-      let run = try await ExampleRun("MemoryPressure")
+      // How much the child's page-cache churn stalls depends on the disk under it and on what else
+      // runs: a CI run under ThreadSanitizer once saw no level within the example's 30 s, where the
+      // plain run of the same clone saw one after a few seconds. An example run that says "no
+      // pressure within 30 s" did not get to what this test checks; it runs again, three runs at
+      // most, and the checks below apply to the last.
+      let run = try await ExampleRun(
+        "MemoryPressure", attempts: 3, rerunIf: { $0.contains("no pressure within 30 s") })
       run.expectOrder(
         "cache: 64 entries\n", "watching memory pressure in ",
         "child: re-reads a 400 MiB file in a 48 MiB memory cgroup\n", "level [.", "child: stopped\n",
