@@ -322,10 +322,16 @@ func scalePipe() -> (read: Int32, write: Int32) {
 final class ScaleCopies: @unchecked Sendable {
   var received = 0
   let copied: ScaleCount
-  let cleaned: ScaleCount
+  /// The read ends' cleanups, then the write ends': the readers are closed and gone before a write
+  /// end closes, so that no read end hangs up while libdispatch watches it (dispatch_io's own
+  /// sources, which the package's nest cannot reach, crash in libdispatch's manager thread on that
+  /// path: swift-corelibs-libdispatch#949, docs/reliability.md; seen once in CI here).
+  let readersCleaned: ScaleCount
+  let writersCleaned: ScaleCount
   init(_ count: Int) {
     copied = ScaleCount(wanted: count)
-    cleaned = ScaleCount(wanted: 2 * count)
+    readersCleaned = ScaleCount(wanted: count)
+    writersCleaned = ScaleCount(wanted: count)
   }
 }
 
@@ -383,11 +389,11 @@ func gcdChannelCopies(_ count: Int, bytes: Int) -> Double {
     let (readEnd, writeEnd) = scalePipe()
     let reader = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue) {
       close($0)
-      state.cleaned.event()
+      state.readersCleaned.event()
     }
     let writer = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: queue) {
       close($0)
-      state.cleaned.event()
+      state.writersCleaned.event()
     }
     return (reader, writer)
   }
@@ -404,11 +410,10 @@ func gcdChannelCopies(_ count: Int, bytes: Int) -> Double {
   }
   state.copied.done.wait()
   let end = monotonicNanos()
-  for (reader, writer) in channels {
-    writer.close()
-    reader.close()
-  }
-  state.cleaned.done.wait()
+  for (reader, _) in channels { reader.close() }
+  state.readersCleaned.done.wait()
+  for (_, writer) in channels { writer.close() }
+  state.writersCleaned.done.wait()
   check(state.received == count * bytes, "GCD scale io_channels: bytes received")
   return Double(end - start) / Double(count * bytes / 1_024)
 }
@@ -422,11 +427,11 @@ func dispatchChannelCopies(_ count: Int, bytes: Int) -> Double {
     let (readEnd, writeEnd) = scalePipe()
     let reader = DispatchIO(type: .stream, fileDescriptor: readEnd, queue: queue) { _ in
       close(readEnd)
-      state.cleaned.event()
+      state.readersCleaned.event()
     }
     let writer = DispatchIO(type: .stream, fileDescriptor: writeEnd, queue: queue) { _ in
       close(writeEnd)
-      state.cleaned.event()
+      state.writersCleaned.event()
     }
     return (reader, writer)
   }
@@ -443,11 +448,10 @@ func dispatchChannelCopies(_ count: Int, bytes: Int) -> Double {
   }
   state.copied.done.wait()
   let end = monotonicNanos()
-  for (reader, writer) in channels {
-    writer.close()
-    reader.close()
-  }
-  state.cleaned.done.wait()
+  for (reader, _) in channels { reader.close() }
+  state.readersCleaned.done.wait()
+  for (_, writer) in channels { writer.close() }
+  state.writersCleaned.done.wait()
   check(state.received == count * bytes, "Dispatch scale io_channels: bytes received")
   return Double(end - start) / Double(count * bytes / 1_024)
 }

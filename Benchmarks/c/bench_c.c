@@ -1282,18 +1282,28 @@ EXPORT double bench_c_scale_io_channels(int64_t n, double *extra) {
     for (int64_t i = 0; i < n; i++) {
       dispatch_io_close(channels[i], DISPATCH_IO_STOP);
       dispatch_release(channels[i]);
-      close(fds[2 * i + 1]);
     }
+    // The write ends close once the read channels are gone (their cleanups ran), so that no read
+    // end hangs up while libdispatch watches it (swift-corelibs-libdispatch#949).
+    dispatch_group_wait(cleaned, DISPATCH_TIME_FOREVER);
+    for (int64_t i = 0; i < n; i++) close(fds[2 * i + 1]);
   } else {
     void *memory_bytes = malloc(bytes);
     memset(memory_bytes, 0x78, bytes);
     dispatch_data_t chunk = dispatch_data_create(memory_bytes, bytes, NULL, DISPATCH_DATA_DESTRUCTOR_FREE);
+    // The read ends' cleanups leave `readers` too: the write channels close once the read channels
+    // are gone, so that no read end hangs up while libdispatch watches it
+    // (swift-corelibs-libdispatch#949).
+    dispatch_group_t readers = dispatch_group_create();
     for (int64_t i = 0; i < 2 * n; i++) {
       int descriptor = fds[i];
+      bool reading = i % 2 == 0;
       dispatch_group_enter(cleaned);
+      if (reading) dispatch_group_enter(readers);
       channels[i] = dispatch_io_create(DISPATCH_IO_STREAM, descriptor, queue, ^(int error) {
         (void)error;
         close(descriptor);
+        if (reading) dispatch_group_leave(readers);
         dispatch_group_leave(cleaned);
       });
     }
@@ -1314,9 +1324,15 @@ EXPORT double bench_c_scale_io_channels(int64_t n, double *extra) {
     }
     dispatch_semaphore_wait(done, DISPATCH_TIME_FOREVER);
     int64_t end = now_ns();
-    for (int64_t i = 0; i < 2 * n; i++) {
-      dispatch_io_close(channels[i], 0);
-      dispatch_release(channels[i]);
+    for (int64_t i = 0; i < n; i++) {
+      dispatch_io_close(channels[2 * i], 0);
+      dispatch_release(channels[2 * i]);
+    }
+    dispatch_group_wait(readers, DISPATCH_TIME_FOREVER);
+    dispatch_release(readers);
+    for (int64_t i = 0; i < n; i++) {
+      dispatch_io_close(channels[2 * i + 1], 0);
+      dispatch_release(channels[2 * i + 1]);
     }
     dispatch_release(chunk);
     result = (double)(end - start) / ((double)n * (double)bytes / 1024.0);
