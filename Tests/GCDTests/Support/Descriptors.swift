@@ -30,9 +30,12 @@ func openDescriptorCount(where isOwned: (String) -> Bool) -> Int {
 /// tested in `NestedEpollTests`): they are not a source's, and which numbers they hold depends on
 /// what ran before.
 func openDescriptorTargets() -> [Int32: String] {
-  allOpenDescriptorTargets().filter { descriptor, target in
-    !(target.contains("eventpoll") && epollTargets(of: descriptor)?.isEmpty == true)
-  }
+  allOpenDescriptorTargets().filter { !isIdleEpollInstance($0, $1) }
+}
+
+/// Whether `descriptor`, which refers to `target`, is an epoll instance that watches nothing.
+private func isIdleEpollInstance(_ descriptor: Int32, _ target: String) -> Bool {
+  target.contains("eventpoll") && epollTargets(of: descriptor)?.isEmpty == true
 }
 
 /// The descriptors an epoll instance watches (the `tfd:` lines of its fdinfo); nil when the
@@ -55,10 +58,7 @@ func epollTargets(of descriptor: Int32) -> [Int32]? {
 
 /// The epoll instances of this process that watch nothing (the package's idle nests).
 func idleEpollInstances() -> Set<Int32> {
-  Set(
-    allOpenDescriptorTargets().filter { descriptor, target in
-      target.contains("eventpoll") && epollTargets(of: descriptor)?.isEmpty == true
-    }.keys)
+  Set(allOpenDescriptorTargets().filter { isIdleEpollInstance($0, $1) }.keys)
 }
 
 /// Every open descriptor of this process and what it refers to, the idle epoll instances too.
