@@ -76,7 +76,9 @@ func concurrencyScaleRows(_ library: CLibrary?) -> [ScaleRow] {
       title:
         "work items in one pending graph, then run: a root, a chain of (N - 2) / 2 after it, a fan-out of "
         + "(N - 2) / 2 after it and one fan-in after the fan-out (C: dispatch_block_notify and a group)",
-      operation: "ns per item", counts: [10, 100, 1_000, 10_000, 100_000], quickCounts: [10, 2_000],
+      // Quick at 10,000, not 2,000: at 2,000 its memory ratio measured 1.43–1.50 (the 1.5 target at its
+      // edge, a coin flip for CI), at 10,000 1.38–1.41 (the full run's 100,000: 1.47).
+      operation: "ns per item", counts: [10, 100, 1_000, 10_000, 100_000], quickCounts: [10, 10_000],
       runners: graphRunners, unavailable: [.c: missingC]),
   ]
 }
