@@ -59,7 +59,7 @@ func concurrencyBenchmarks(heapInUse: (@convention(c) () -> Int)?) -> [Benchmark
     Benchmark(
       name: "source_events",
       title:
-        "DATA_ADD merges every 20 µs into a consumer taking 200 µs per element: source.events vs AsyncStream fed from a DispatchSource (ns/merge)",
+        "DATA_ADD merges every 20 µs into a consumer taking 200 µs per element: source.makeEvents() vs AsyncStream fed from a DispatchSource (ns/merge)",
       count: 5_000, repeats: 3,
       shownExtras: [
         ("peak_kib", "peak heap KiB", 1), ("backlog", "most elements held", 1), ("elements", "elements", 1),
@@ -330,7 +330,7 @@ private func gcdSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)
       var total: UInt = 0
       var elements = 0
       do {
-        for try await value in source.events {
+        for try await value in source.makeEvents() {
           total += value
           elements += 1
           spin(consumerWork)
@@ -339,7 +339,7 @@ private func gcdSourceEvents(_ count: Int, heapInUse: (@convention(c) () -> Int)
           if total == UInt(count) { break }
         }
       } catch {
-        check(false, "source.events threw \(error)")
+        check(false, "source.makeEvents() threw \(error)")
       }
       check(total == UInt(count), "source_events GCD sum")
       peak()

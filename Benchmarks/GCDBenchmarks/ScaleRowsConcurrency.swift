@@ -42,7 +42,7 @@ func concurrencyScaleRows(_ library: CLibrary?) -> [ScaleRow] {
     ScaleRow(
       name: "events_sequences",
       title:
-        "source.events sequences of DataAddSources on one queue, each consumed by its own task: one merge into "
+        "source.makeEvents() sequences of DataAddSources on one queue, each consumed by its own task: one merge into "
         + "every source per round (Dispatch: a user-data-add DispatchSource bridged to an AsyncStream per source)",
       operation: "ns per element", counts: [10, 100, 1_000, 10_000], quickCounts: [10, 1_000],
       runners: [
@@ -120,7 +120,7 @@ func gcdLiveSequences(_ count: Int) -> (LiveSequences, [DataAddSource], ScaleRou
   let rounds = ScaleRounds(step: count)
   let sources = (0..<count).map { _ in DataAddSource(queue: queue) }
   let tasks = sources.map { source in
-    let events = source.events  // starts the source: from this thread, which is not its queue
+    let events = source.makeEvents()  // starts the source: from this thread, which is not its queue
     return Task {
       rounds.started.add(1, ordering: .relaxed)
       do {

@@ -22,7 +22,7 @@ watcher.setRegistrationHandler {
 
 var seen: FileSystemEvents = []
 var step = 0
-for try await events in watcher.events {
+for try await events in watcher.makeEvents() {
   print("events: \(events)")
   seen.formUnion(events)
   step += 1

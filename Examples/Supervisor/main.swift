@@ -20,7 +20,7 @@ func supervise() async throws {
   print("started child \(pid)")
 
   let child = try ProcSource(pid: pid, events: .exit, queue: .global())
-  for try await events in child.events where events.contains(.exit) {
+  for try await events in child.makeEvents() where events.contains(.exit) {
     print("child \(pid) exited (\(events))")
     break
   }

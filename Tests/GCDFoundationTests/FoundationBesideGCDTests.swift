@@ -120,7 +120,7 @@ struct FoundationBesideGCDTests {
   func eventsAndHandlers() async throws {
     let queue = Queue(label: "foundation.events")
     let source = DataAddSource(queue: queue)
-    let events = source.events  // starts the source
+    let events = source.makeEvents()  // starts the source
     source.merge(3)
     for try await value in events {
       #expect(value == 3)

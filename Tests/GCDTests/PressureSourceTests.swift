@@ -38,7 +38,7 @@ extension PressureTests {
       defer { busy.forEach(killAndReap) }
       for _ in 0..<3 { busy.append(try spawnInCgroups([cgroup], "while :; do :; done")) }
       var fires: UInt = 0
-      for try await count in source.events {
+      for try await count in source.makeEvents() {
         fires = count
         break
       }

@@ -19,7 +19,7 @@ struct SourceEventsStartTests {
     // started its source when made, this child died of it.
     await #expect(processExitsWith: .success) {
       let source = try SignalSource(signal: SIGUSR1, queue: Queue(label: "events.early"))
-      let sequence = source.events
+      let sequence = source.makeEvents()
       kill(getpid(), SIGUSR1)
       var deliveries: UInt = 0
       for try await count in sequence {
@@ -34,7 +34,7 @@ struct SourceEventsStartTests {
   @Test("what arrives before the first next() is merged in the suspended source: two elements, the exact sum")
   func mergedBeforeFirstNext() async throws {
     let source = DataAddSource(queue: Queue(label: "events.merged"))
-    let sequence = source.events
+    let sequence = source.makeEvents()
     source.merge(1)
     // The first event is taken and held; the source is suspended ...
     #expect(await eventually { source.isSuspended })
@@ -57,7 +57,7 @@ struct SourceEventsStartTests {
     let cancels = Counter()
     source.setCancelHandler { cancels.increment() }
     do {
-      let sequence = source.events
+      let sequence = source.makeEvents()
       source.merge(1)
       withExtendedLifetime(sequence) {}
     }
@@ -71,7 +71,7 @@ struct SourceEventsStartTests {
     let source = DataAddSource(queue: Queue(label: "events.stored"))
     let cancels = Counter()
     source.setCancelHandler { cancels.increment() }
-    var sequence: SourceEvents<UInt>? = source.events
+    var sequence: SourceEvents<UInt>? = source.makeEvents()
     source.merge(4)
     for try await value in sequence! {
       #expect(value == 4)
@@ -91,7 +91,7 @@ struct SourceEventsStartTests {
   func resumedSourceThrows() async throws {
     let source = DataAddSource(queue: .global())
     source.resume()
-    let sequence = source.events
+    let sequence = source.makeEvents()
     var iterator = sequence.makeAsyncIterator()
     let error = await #expect(throws: GCDError.self) { try await iterator.next() }
     #expect(error?.errno == EBUSY)
@@ -125,7 +125,7 @@ private func dropReadSequences(rounds: Int) {
       failChild("round \(round): ReadSource failed")
     }
     source.setCancelHandler { cancels.increment() }
-    _ = source.events
+    _ = source.makeEvents()
   }
   requireInChild(pollUntil { cancels.current == rounds }, "\(cancels.current) of \(rounds) sources cancelled")
   requireInChild(

@@ -18,7 +18,7 @@ struct SourceEventsTests {
   func dataAddSlowConsumerExactSum() async throws {
     let source = DataAddSource(queue: Queue(label: "events.add"))
     source.setRegistrationHandler { source.merge(1) }
-    var events = source.events.makeAsyncIterator()
+    var events = source.makeEvents().makeAsyncIterator()
     var total = try await events.next() ?? 0
     #expect(total == 1)
     // The consumer is busy (it does not ask for the next element): the next
@@ -51,7 +51,7 @@ struct SourceEventsTests {
       cancelled.signal()
     }
     source.setRegistrationHandler { source.merge(0b101) }
-    for try await bits in source.events {
+    for try await bits in source.makeEvents() {
       #expect(bits == 0b101)
       break
     }
@@ -70,7 +70,7 @@ struct SourceEventsTests {
     source.setRegistrationHandler { started.signal() }
     let consumer = Task {
       var seen = 0
-      for try await _ in source.events { seen += 1 }
+      for try await _ in source.makeEvents() { seen += 1 }
       return seen
     }
     #expect(await eventually { started.isSignaled })
@@ -87,7 +87,7 @@ struct SourceEventsTests {
       source.merge(3)
     }
     var values: [UInt] = []
-    for try await value in source.events {
+    for try await value in source.makeEvents() {
       values.append(value)
       source.cancel()
     }
@@ -101,29 +101,29 @@ struct SourceEventsTests {
     let started = DataAddSource(queue: .global())
     started.resume()
     let error = await #expect(throws: GCDError.self) {
-      for try await _ in started.events {}
+      for try await _ in started.makeEvents() {}
     }
     #expect(error?.errno == EBUSY)
-    #expect(error?.description.contains("DataAddSource.events") == true)
+    #expect(error?.description.contains("DataAddSource.makeEvents()") == true)
 
     let twice = DataAddSource(queue: .global())
     twice.setRegistrationHandler { twice.merge(1) }
-    var first = twice.events.makeAsyncIterator()
+    var first = twice.makeEvents().makeAsyncIterator()
     #expect(try await first.next() == 1)
     let second = await #expect(throws: GCDError.self) {
-      for try await _ in twice.events {}
+      for try await _ in twice.makeEvents() {}
     }
     #expect(second?.errno == EBUSY)
     #expect(!twice.isCancelled)  // the failed second iteration leaves the first one's source alone
     withExtendedLifetime(first) {}
     // Once the source is cancelled, a new iteration just finishes.
     twice.cancel()
-    for try await _ in twice.events { Issue.record("an element after cancel") }
+    for try await _ in twice.makeEvents() { Issue.record("an element after cancel") }
 
     let cancelled = DataAddSource(queue: .global())
     cancelled.cancel()
     var count = 0
-    for try await _ in cancelled.events { count += 1 }
+    for try await _ in cancelled.makeEvents() { count += 1 }
     #expect(count == 0)
   }
 
@@ -136,7 +136,7 @@ struct SourceEventsTests {
       #expect(await eventually { registered.isSignaled })
       kill(getpid(), eventsSignal)
     }
-    for try await deliveries in source.events {
+    for try await deliveries in source.makeEvents() {
       #expect(deliveries >= 1)
       break
     }
@@ -163,7 +163,7 @@ struct SourceEventsTests {
     let timer = TimerSource(queue: .global())
     timer.schedule(start: .now, interval: .milliseconds(1))
     var fires: UInt = 0
-    for try await count in timer.events {
+    for try await count in timer.makeEvents() {
       fires += count
       if fires >= 5 { break }
     }
@@ -180,13 +180,13 @@ struct SourceEventsTests {
       close(ends[1])
     }
     let writer = try WriteSource(fileDescriptor: ends[1], queue: .global())
-    for try await space in writer.events {
+    for try await space in writer.makeEvents() {
       #expect(space > 0)
       _ = write(ends[1], "hello", 5)
       break
     }
     let reader = try ReadSource(fileDescriptor: ends[0], queue: .global())
-    for try await available in reader.events {
+    for try await available in reader.makeEvents() {
       #expect(available == 5)
       var buffer = [UInt8](repeating: 0, count: 16)
       #expect(read(ends[0], &buffer, 16) == 5)
@@ -199,7 +199,7 @@ struct SourceEventsTests {
     let pid = try spawnProcess("/bin/sh", ["-c", "exit 3"])
     let source = try ProcSource(pid: pid, queue: .global())
     var fired: [ProcEvents] = []
-    for try await events in source.events {
+    for try await events in source.makeEvents() {
       fired.append(events)
       break
     }
@@ -218,7 +218,7 @@ struct SourceEventsTests {
     }
     let source = try FileSystemSource(path: path, events: [.write, .extend], queue: .global())
     source.setRegistrationHandler { _ = write(descriptor, "data", 4) }
-    for try await events in source.events {
+    for try await events in source.makeEvents() {
       #expect(events.contains(.write))
       break
     }

@@ -76,7 +76,7 @@ private func raceSequenceStarts(rounds: Int) {
       done.async(on: Queue(label: "race.\(index)")) {
         ready.add(1, ordering: .relaxed)
         while ready.load(ordering: .relaxed) < 2 {}
-        let sequence = source.events
+        let sequence = source.makeEvents()
         made.withLock { $0.append(sequence) }
       }
     }

@@ -6,12 +6,17 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_ADD`.
 public final class DataAddSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged sums; making the sequence starts
-  /// the source, leaving the loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+  /// The source's events as an `AsyncSequence` of the merged sums; it starts the source
+  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<UInt> { makeEvents() }
 
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the sum merged into the event (`data`): the value `events` yields. The
+  /// called with the sum merged into the event (`data`): the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.
@@ -45,12 +50,17 @@ public final class DataAddSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_OR`.
 public final class DataOrSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged bits; making the sequence starts
-  /// the source, leaving the loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+  /// The source's events as an `AsyncSequence` of the merged bits; it starts the source
+  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<UInt> { makeEvents() }
 
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the bits merged into the event (`data`): the value `events` yields. The
+  /// called with the bits merged into the event (`data`): the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.
@@ -84,12 +94,17 @@ public final class DataOrSource: Source, @unchecked Sendable {
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_REPLACE`.
 public final class DataReplaceSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the latest values; making the sequence starts
-  /// the source, leaving the loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+  /// The source's events as an `AsyncSequence` of the latest values; it starts the source
+  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<UInt> { makeEvents() }
 
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the latest value (`data`): the value `events` yields. The
+  /// called with the latest value (`data`): the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.

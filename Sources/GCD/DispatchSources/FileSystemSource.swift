@@ -64,14 +64,19 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
 public final class FileSystemSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired, merged; making the sequence starts
-  /// the source, leaving the loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<FileSystemEvents> {
+  /// The source's events as an `AsyncSequence` of the events that fired, merged; it starts the source
+  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  public func makeEvents() -> SourceEvents<FileSystemEvents> {
     SourceEvents(source: self, element: { FileSystemEvents(rawValue: $0) })
   }
 
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<FileSystemEvents> { makeEvents() }
+
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the events that fired, merged (`firedEvents`): the value `events` yields. The
+  /// called with the events that fired, merged (`firedEvents`): the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.

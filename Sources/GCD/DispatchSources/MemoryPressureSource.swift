@@ -70,14 +70,19 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
   public static let criticalThreshold: Duration = .milliseconds(200)
 
   /// The source's events as an `AsyncSequence` of levels (the latest level
-  /// when several changes merge); making the sequence starts the source, leaving the
+  /// when several changes merge); it starts the source, leaving the
   /// loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<MemoryPressureEvents> {
+  public func makeEvents() -> SourceEvents<MemoryPressureEvents> {
     SourceEvents(source: self, element: { MemoryPressureEvents(rawValue: $0) })
   }
 
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<MemoryPressureEvents> { makeEvents() }
+
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the level the event reports (`firedEvents`): the value `events` yields. The
+  /// called with the level the event reports (`firedEvents`): the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.

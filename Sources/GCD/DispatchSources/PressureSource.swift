@@ -75,10 +75,15 @@ public final class PressureSource: Source, @unchecked Sendable {
 
   /// The source's events as an `AsyncSequence` of fire counts; making the
   /// sequence starts the source, leaving the loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<UInt> { makeEvents() }
 
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the number of fires merged into the event (`data`): the value `events` yields. The
+  /// called with the number of fires merged into the event (`data`): the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.

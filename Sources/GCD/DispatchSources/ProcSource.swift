@@ -55,12 +55,19 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
 public final class ProcSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); making the sequence starts
-  /// the source, leaving the loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<ProcEvents> { SourceEvents(source: self, element: { ProcEvents(rawValue: $0) }) }
+  /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); it starts the source
+  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  public func makeEvents() -> SourceEvents<ProcEvents> {
+    SourceEvents(source: self, element: { ProcEvents(rawValue: $0) })
+  }
+
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<ProcEvents> { makeEvents() }
 
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the events that fired (`firedEvents`): the value `events` yields. The
+  /// called with the events that fired (`firedEvents`): the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.

@@ -59,7 +59,7 @@ public struct SourceEvents<Element: Sendable>: AsyncSequence, Sendable {
     return Iterator(
       token: nil,
       failure: GCDError(
-        operation: "\(type(of: storage.source)).events", errno: Errno.busy,
+        operation: "\(type(of: storage.source)).makeEvents()", errno: Errno.busy,
         detail: "the sequence is iterated already; a source's events have one iterator"))
   }
 
@@ -201,7 +201,7 @@ final class EventsStorage<Element: Sendable>: Sendable {
         state.finished = true
         if !cancelled {
           state.failure = GCDError(
-            operation: "\(type(of: source)).events", errno: Errno.busy,
+            operation: "\(type(of: source)).makeEvents()", errno: Errno.busy,
             detail:
               "the source was already started (by resume() or another sequence); the sequence starts it: make it before resume()"
           )

@@ -5,12 +5,17 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_TIMER`.
 public final class TimerSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); making the sequence starts
-  /// the source, leaving the loop cancels it (see `SourceEvents`).
-  public var events: SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+  /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); it starts the source
+  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
+
+  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
+  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
+  @available(*, deprecated, renamed: "makeEvents()")
+  public var events: SourceEvents<UInt> { makeEvents() }
 
   /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the number of fires merged into the event: the value `events` yields. The
+  /// called with the number of fires merged into the event: the value `makeEvents()` yields. The
   /// handler gets it without capturing the source.
   ///
   /// - Parameter handler: The closure; it runs on the source's queue.
