@@ -20,13 +20,8 @@ struct ExampleRun {
   let name: String
   let output: String
 
-  /// Runs `Example<name>` with `arguments`. When `rerunIf` holds for a run's output (the example
-  /// says a precondition it makes itself was not reached: no memory pressure appeared), it runs
-  /// again, `attempts` times in all; the checks apply to the last run.
-  init(
-    _ name: String, arguments: [String] = [], attempts: Int = 1, rerunIf: (String) -> Bool = { _ in false },
-    sourceLocation: SourceLocation = #_sourceLocation
-  ) async throws {
+  /// Runs `Example<name>` with `arguments`.
+  init(_ name: String, arguments: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) async throws {
     self.name = name
     let executable = try #require(
       examplePath("Example\(name)"),
@@ -34,10 +29,7 @@ struct ExampleRun {
       Example\(name) was not found next to the test bundle (\(testExecutablePath())) or in any folder \
       above it. Run `swift build` first, so that the example executables are built.
       """, sourceLocation: sourceLocation)
-    var result = try await spawnAndWait(executable, arguments: arguments, timeout: ExampleRun.timeout)
-    for _ in 1..<max(attempts, 1) where rerunIf(result.output) {
-      result = try await spawnAndWait(executable, arguments: arguments, timeout: ExampleRun.timeout)
-    }
+    let result = try await spawnAndWait(executable, arguments: arguments, timeout: ExampleRun.timeout)
     output = result.output
     #expect(
       !result.timedOut, "Example\(name) did not exit within \(ExampleRun.timeout) and was killed:\n\(output)",
