@@ -115,17 +115,20 @@ final class PressureMaker {
   }
 
   /// In a child (its arguments: `childArgument`, the file's descriptor, the cgroups to join), reads
-  /// a byte of every page of the file's mapping over and over until its parent is gone.
+  /// a byte of every page of the whole file, mapped, over and over until its parent is gone.
+  /// `MemoryPressureSourceTests` runs this executable so, for the same pressure.
   static func runChildIfAsked() {
     let arguments = CommandLine.arguments
     guard arguments.count >= 3, arguments[1] == childArgument, let file = Int32(arguments[2]) else { return }
     let parent = getppid()
     for cgroup in arguments.dropFirst(3) where !write("\(getpid())", to: cgroup + "/cgroup.procs") { exit(2) }
-    guard let base = mmap(nil, mapping, PROT_READ, MAP_SHARED, file, 0), base != MAP_FAILED else { exit(3) }
+    var status = stat()
+    guard fstat(file, &status) == 0, case let size = Int(status.st_size), size > 0 else { exit(3) }
+    guard let base = mmap(nil, size, PROT_READ, MAP_SHARED, file, 0), base != MAP_FAILED else { exit(3) }
     let page = sysconf(Int32(_SC_PAGESIZE))
     var sum: UInt8 = 0
     while getppid() == parent {
-      for offset in stride(from: 0, to: mapping, by: page) { sum &+= base.load(fromByteOffset: offset, as: UInt8.self) }
+      for offset in stride(from: 0, to: size, by: page) { sum &+= base.load(fromByteOffset: offset, as: UInt8.self) }
     }
     exit(Int32(sum >> 7))
   }

@@ -11,15 +11,16 @@ import Testing
 extension PressureTests {
   /// `MemoryPressureSource` on Linux: Darwin's levels from two PSI triggers,
   /// `.normal` after a quiet window; real pressure from a child whose memory
-  /// cgroup is far smaller than the file it keeps re-reading.
+  /// cgroup is half the size of the file mapping it keeps reading.
   @Suite
   struct MemoryPressureSourceTests {
     // Needs PSI, root (cgroups), the cgroup v1 memory controller (the limit) and a
-    // disk-backed directory for the file; skipped otherwise, never passed. With a
+    // disk-backed directory for the file (a tmpfs page is reclaimed only to swap: the
+    // child would be OOM-killed); skipped otherwise, never passed. With a
     // cgroup v2 hierarchy the child is also put in a v2 cgroup and the source
     // watches that cgroup alone, so other load on the machine does not count.
     @Test(
-      "a child in a 48 MiB memory cgroup re-reading a 400 MiB file makes .warning, then .normal once it stops",
+      "a child in a 48 MiB memory cgroup reading a 96 MiB file mapping makes .warning, then .normal once it stops",
       .enabled(if: canMakeMemoryPressure, needsMemoryPressure), .timeLimit(.minutes(1)))
     func warningThenNormal() throws {
       let limited = try TestCgroup(under: memoryCgroupV1Mount!, settings: [("memory.limit_in_bytes", "\(48 << 20)")])
@@ -27,6 +28,7 @@ extension PressureTests {
       let counted = try unifiedCgroupMount.map { try TestCgroup(under: $0) }
       defer { counted?.remove() }
       let file = diskBackedTemporaryDirectory! + "/gcd-pressure-\(getpid())"
+      try makeSparseFile(file, size: 96 << 20)
       defer { unlink(file) }
       let scope = counted.map { PressureScope.cgroup($0.path) } ?? .system
       let source = try MemoryPressureSource(events: .all, scope: scope, queue: Queue(label: "memory pressure"))
@@ -49,14 +51,17 @@ extension PressureTests {
       early.setEventHandler { [unowned early] in early.cancel() }
       early.setCancelHandler { earlyCancelled.signal() }
       early.resume()
-      // Both on CPU 0 (when taskset is there): PSI's states are per CPU, and a CPU whose one running
-      // task is stalled on memory counts as "full"; with the busy loop beside the child, no CPU is.
+      // Both on CPU 0 (when taskset is there): PSI's states are per CPU, and a CPU counts as "full"
+      // while no task there makes progress, or while the task on it is reclaiming. Once it has the
+      // mapping the child is at nice 19 beside a busy loop at 0, so it holds the CPU about 1.5 % of
+      // the time: it stalls nearly all the time (waiting for the CPU inside reclaim counts) but is
+      // seldom on the CPU in reclaim. Measured: `some` 600-900 ms a second, `full` about 6 (the
+      // critical level needs 100); at nice 0 beside the busy loop `full` was 235.
       let pin = "{ command -v taskset > /dev/null && taskset -pc 0 $$ > /dev/null; }; "
-      let child = try spawnInCgroups(
-        [limited] + (counted.map { [$0] } ?? []),
-        pin + "dd if=/dev/zero of=\(file) bs=1M count=400 2>/dev/null; while :; do cat \(file) > /dev/null; done")
+      let child = try spawnMappingReader(
+        in: [limited] + (counted.map { [$0] } ?? []), of: file, after: pin, niceOnceMapped: 19)
       defer { killAndReap(child) }
-      // A busy loop beside it in the counted cgroup never waits for memory, so not every task there
+      // The busy loop beside it in the counted cgroup never waits for memory, so not every task there
       // stalls at once: `full` stays low and the level is `.warning`, not `.critical`.
       let busy = try counted.map { try spawnInCgroups([$0], pin + "while :; do :; done") }
       defer { if let busy { killAndReap(busy) } }
@@ -68,7 +73,7 @@ extension PressureTests {
         let watched = scope.path(of: .memory)
         #expect(pollUntil { pressureDescriptorCount(of: watched) == 4 }, "\(pressureDescriptors(of: watched))")
       }
-      // Stop the pressure: kill the shell and everything it started.
+      // Stop the pressure: kill the child and anything else in its memory cgroup.
       for pid in limited.processes { kill(pid, SIGKILL) }
       kill(child, SIGKILL)
       #expect(pollUntil { limited.processes.isEmpty })

@@ -181,3 +181,40 @@ func killAndReap(_ pid: pid_t) {
   kill(pid, SIGKILL)
   reapProcess(pid)
 }
+
+/// Makes `path` a sparse file of `size` bytes: holes, no blocks on the disk, its pages zeros.
+func makeSparseFile(_ path: String, size: Int) throws {
+  let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+  guard descriptor >= 0 else { throw GCDError(operation: "open(\(path))", errno: errno) }
+  defer { close(descriptor) }
+  guard ftruncate(descriptor, off_t(size)) == 0 else { throw GCDError(operation: "ftruncate(\(path))", errno: errno) }
+}
+
+/// Starts the child that makes memory pressure, in `cgroups` (a memory cgroup smaller than `file`):
+/// `ExampleMemoryPressure`'s own child (`PressureMaker.runChildIfAsked`, `--read-mapping`), which
+/// maps `file` read-only and reads a byte of every page over and over, so that each page it touches
+/// waits in direct reclaim for another (docs/sources-linux.md, "Making pressure to test it"). The
+/// test runs that executable rather than a copy of its loop: tests cannot import an executable
+/// target. `prelude` runs in the shell first (taskset's pinning outlives the `exec`). With
+/// `niceOnceMapped`, returns once the child has mapped the file, at that nice value: set before, it
+/// would slow the child's start (the loader, the Swift runtime) as much as its reading.
+@available(*, noasync, message: "blocks the thread")
+func spawnMappingReader(
+  in cgroups: [TestCgroup], of file: String, after prelude: String = "", niceOnceMapped niceness: Int32? = nil
+) throws -> pid_t {
+  let reader = try #require(
+    examplePath("ExampleMemoryPressure"),
+    "ExampleMemoryPressure, whose child makes the pressure, is not built: run `swift build --build-tests` first")
+  // The shell opens the file as descriptor 3 for the child alone (the test's own stays close-on-exec).
+  let child = try spawnInCgroups(cgroups, prelude + "exec \(reader) --read-mapping 3 3< \(file)")
+  guard let niceness else { return child }
+  let mapped = pollUntil {
+    String(decoding: contentsOfFile("/proc/\(child)/maps"), as: UTF8.self).contains(" \(file)\n")
+  }
+  guard mapped, setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(child), niceness) == 0 else {
+    let error = mapped ? errno : ETIME
+    killAndReap(child)
+    throw GCDError(operation: "setpriority(\(child), \(niceness)) once \(file) is mapped", errno: error)
+  }
+  return child
+}
