@@ -43,7 +43,7 @@ final class Service: Sendable {
   func run(work: @escaping @Sendable (Int) -> Void) async throws -> Int {
     try await withThrowingTaskGroup(of: Int?.self) { group in
       group.addTask { [self] in  // the signals, consumed in a child task
-        for try await signal in signals {
+        for await signal in signals {
           if signal == SIGHUP {
             say("reload \(reloads.add(1, ordering: .relaxed).newValue)")
             continue

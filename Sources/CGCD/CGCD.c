@@ -13,6 +13,7 @@ const char cgcd_target_key_storage = 0;
 const char cgcd_targets_key_storage = 0;
 const char cgcd_main_queue_key_storage = 0;
 const char cgcd_executor_key_storage = 0;
+const char cgcd_registration_key_storage = 0;
 
 // The main thread's id, cached per thread: gettid is a system call.
 static _Thread_local int cgcd_thread_is_main = -1;

@@ -10,7 +10,13 @@ import Testing
 
 @Suite("SignalSource")
 struct SignalSourceTests {
-  static let rejected: [Int32] = [SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL, SIGFPE, 0, 999, -1, 65]
+  /// The C library's own signals, between the standard ones and SIGRTMIN (glibc: 32 and 33).
+  static let libcReserved: [Int32] = Array(32..<__libc_current_sigrtmin())
+  /// The signals libdispatch never blocks on its threads, beside SIGSEGV, SIGBUS, SIGILL and SIGFPE:
+  /// a source for one loses the event and spins the manager thread (its handler re-raises forever).
+  static let unmasked: [Int32] = [SIGTRAP, SIGSYS, SIGPIPE, SIGPROF]
+  static let rejected: [Int32] =
+    [SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL, SIGFPE, 0, 999, -1, 65] + unmasked + libcReserved
 
   @Test("signals that cannot be observed, and numbers that are not signals, throw EINVAL", arguments: rejected)
   func rejectsUnobservableSignals(signal: Int32) {
@@ -29,6 +35,24 @@ struct SignalSourceTests {
     for signal in Int32(1)...64 where !SignalSourceTests.rejected.contains(signal) {
       #expect(SignalSource.canObserve(signal), "\(signal)")
     }
+  }
+
+  @Test("the C library's own signals (32 and 33 on glibc) are rejected, with a reason that names them")
+  func libcSignalsRejected() {
+    #expect(!Self.libcReserved.isEmpty)
+    for signal in Self.libcReserved {
+      let error = #expect(throws: GCDError.self) { _ = try SignalSource(signal: signal, queue: .global()) }
+      #expect(error?.errno == EINVAL, "\(signal)")
+      #expect(error?.description.contains("glibc") == true, "\(String(describing: error))")
+    }
+  }
+
+  @Test("canObserve(_:) against delivery: each signal 1...64 it accepts is delivered to a source, in a child")
+  func canObserveMatchesDelivery() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      canObserveDeliveryChild()
+    }
+    #expect(standardError(of: result).contains("exit-test child: ok"), "\(standardError(of: result))")
   }
 
   /// Ignores SIGUSR1, once per process. Setting a disposition again after libdispatch has registered
@@ -157,4 +181,35 @@ func signalDispositionChild() {
     "SIGUSR2 disposition stayed \(handlerBefore) (SIG_IGN); SignalSource documents that libdispatch replaces it")
   kill(getpid(), SIGUSR2)
   childRequire(delivered.wait(), "the source did not observe SIGUSR2")
+}
+
+/// The exit-test child of `canObserveMatchesDelivery`: for every signal 1...64, `canObserve` says
+/// true exactly when the initializer accepts it, and a source made for an accepted one registers and
+/// sees a `kill(getpid(), …)` of it (the signal is ignored first, so a miss is a timeout, not a
+/// death, and the child can say which one).
+func canObserveDeliveryChild() -> Never {
+  var observed: [Int32] = []
+  for number in Int32(1)...64 {
+    let accepted: SignalSource?
+    do { accepted = try SignalSource(signal: number, queue: .global()) } catch { accepted = nil }
+    childCheck(
+      SignalSource.canObserve(number) == (accepted != nil),
+      "canObserve(\(number)) is \(SignalSource.canObserve(number)), the initializer \(accepted == nil ? "throws" : "accepts")"
+    )
+    guard let source = accepted else { continue }
+    _ = signal(number, SIG_IGN)
+    let registered = Event()
+    let delivered = Event()
+    source.setRegistrationHandler { registered.signal() }
+    source.setEventHandler { delivered.signal() }
+    source.resume()
+    childCheck(registered.wait(), "the source for \(number) did not register")
+    kill(getpid(), number)
+    childCheck(delivered.wait(), "signal \(number) was accepted and never delivered")
+    source.cancel()
+    observed.append(number)
+  }
+  let rejected = Set(SignalSourceTests.rejected.filter { (1...64).contains($0) })
+  childCheck(observed == (1...64).filter { !rejected.contains($0) }, "observed \(observed)")
+  endChild("ok")
 }

@@ -85,11 +85,9 @@ private func raceSequenceStarts(rounds: Int) {
     let failed = sequences.filter { sequence in sequence.owner.storage.state.withLock { $0.failure != nil } }
     requireInChild(failed.count == 1, "round \(round): \(failed.count) of 2 sequences failed to start")
     requireInChild(!source.isSuspended && !source.isCancelled, "round \(round): the source is not running")
-    // The winner's start waited for the registration.
-    let winner = sequences.first { sequence in sequence.owner.storage.state.withLock { $0.failure == nil } }
+    // The winner's start waited for the registration (which ends the source's registering window).
     requireInChild(
-      winner?.owner.storage.state.withLock { $0.released } == true,
-      "round \(round): the winner's source never registered")
+      !source.shared.withLock { $0.registering }, "round \(round): the winner's source never registered")
     source.cancel()
     withExtendedLifetime(sequences) {}
   }

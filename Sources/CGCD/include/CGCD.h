@@ -202,6 +202,14 @@ static inline const void *cgcd_executor_key(void) {
   return &cgcd_executor_key_storage;
 }
 
+/// The key under which the library marks the queue sources register on when
+/// a sequence starts them (value: the key itself), read back with
+/// dispatch_get_specific by the handler blocks that must not run there.
+static inline const void *cgcd_registration_key(void) {
+  extern const char cgcd_registration_key_storage;
+  return &cgcd_registration_key_storage;
+}
+
 /// `dispatch_get_current_queue` (deprecated in the header, so declared
 /// again under another name): the queue the calling thread's work item was
 /// submitted to, or the global queue running it.

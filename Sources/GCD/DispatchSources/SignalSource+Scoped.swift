@@ -3,8 +3,9 @@ import Synchronization
 extension SignalSource {
   /// Observes `signals` for the duration of `body`: creates one
   /// `SignalSource` per signal, starts them and waits until every one is
-  /// registered, then calls `body` with the deliveries as an
-  /// `AsyncSequence` of signal numbers (one element per delivery). When
+  /// registered (on a queue of the package's own: never on `queue`, which
+  /// may be suspended or inactive), then calls `body` with the deliveries
+  /// as an `AsyncSequence` of signal numbers (one element per delivery). When
   /// `body` returns or throws, the sources are cancelled and their cancel
   /// handlers have run before this returns; nothing outlives the scope.
   ///
@@ -14,6 +15,9 @@ extension SignalSource {
   /// }
   /// ```
   ///
+  /// A signal listed twice counts once (one source per signal); an empty
+  /// list gives a sequence that ends at once.
+  ///
   /// On Linux send signals to the process with `kill(getpid(), …)`:
   /// libdispatch reads them from a `signalfd` on its own thread, and a
   /// thread-directed signal (`raise`, `pthread_kill`) stays pending on the
@@ -21,33 +25,35 @@ extension SignalSource {
   /// signal dispositions libdispatch changes.
   ///
   /// - Parameters:
-  ///   - signals: The signals to observe (each observable, see `SignalSource`).
+  ///   - signals: The signals to observe, each observable (`canObserve(_:)`).
   ///   - queue: The queue the sources' handlers run on.
   ///   - isolation: The caller's isolation, inherited.
   ///   - body: The scope; its sequence ends when the scope does.
   /// - Returns: What `body` returns.
-  /// - Throws: `GCDError` for a signal that cannot be observed; what `body` throws.
+  /// - Throws: `GCDError` with `EINVAL` for a signal that cannot be
+  ///   observed (before `body` runs; no source is created then); what
+  ///   `body` throws.
   public static func withSignals<R>(
     _ signals: [Int32], queue: Queue = .global(), isolation: isolated (any Actor)? = #isolation,
     _ body: (Signals) async throws -> R
   ) async throws -> R {
+    let unique = try validated(signals, operation: "SignalSource.withSignals(\(signals))")
     let storage = SignalsStorage()
-    let sources = try signals.map { signal throws(GCDError) in try SignalSource(signal: signal, queue: queue) }
-    let registered = Group()
+    let sources = try unique.map { signal throws(GCDError) in try SignalSource(signal: signal, queue: queue) }
     let cancelled = Group()
     for source in sources {
-      registered.enter()
       cancelled.enter()
       let signal = source.signal
       source.setEventHandler { [unowned source] in storage.delivered(signal, count: source.count) }
-      source.setRegistrationHandler { registered.leave() }
       source.setCancelHandler { cancelled.leave() }
-      source.resume()
+      _ = source.claimStart()
     }
     defer { withExtendedLifetime(sources) {} }
+    // Every source is watching before the body runs (microseconds: the registration runs on the
+    // package's queue and libdispatch's manager thread, never on a cooperative thread).
+    startRegistered(sources)
+    if sources.isEmpty { storage.finish() }
     do {
-      // Every source is watching before the body runs (even if the task is cancelled meanwhile).
-      await Task { try? await registered.wait() }.value
       let result = try await body(Signals(storage: storage))
       await end(sources, storage, cancelled)
       return result
@@ -181,95 +187,94 @@ extension SignalSource {
   ///
   /// ```swift
   /// let signals = try SignalSource.sequence(of: [SIGTERM, SIGINT])
-  /// for try await signal in signals { if signal == SIGTERM { break } }
+  /// for await signal in signals { if signal == SIGTERM { break } }
   /// ```
+  ///
+  /// The sources register on a queue of the package's own, never on
+  /// `queue`: the call returns once the kernel watches (microseconds), also
+  /// when `queue` is suspended, inactive, or the one the caller runs on
+  /// (inside `queue.sync { }`, or `.main` before `Queue.dispatchMain()`);
+  /// the deliveries then wait in the sources until `queue` runs.
   ///
   /// One element per event of a signal's source: deliveries of one signal
   /// that arrive before the consumer takes the last merge into one element
-  /// (as the source merges them), so memory stays bounded, one pending
-  /// flag per signal; signals pending together come in the order they
-  /// arrived. Leaving the loop, cancelling the task, or dropping a sequence
-  /// that was never iterated cancels every source; nothing else does.
-  /// Like `withSignals`, it leaves the dispositions libdispatch installed
-  /// (see `SignalSource`), and signals are best sent with `kill(getpid(), …)`.
+  /// (as the kernel merges a standard signal while it is pending, and the
+  /// source merges its events), so memory stays bounded, one pending flag
+  /// per signal; signals pending together come in the order they arrived.
+  /// `cancel()`, leaving the loop, cancelling the task, or dropping a
+  /// sequence that was never iterated cancels every source; nothing else
+  /// does. Like `withSignals`, it leaves the dispositions libdispatch
+  /// installed (see `SignalSource`), and signals are best sent with
+  /// `kill(getpid(), …)`.
   ///
   /// - Parameters:
-  ///   - signals: The signals to observe, at least one, each observable
-  ///     (`canObserve(_:)`); a repeated signal counts once.
+  ///   - signals: The signals to observe, each observable
+  ///     (`canObserve(_:)`); a repeated signal counts once, and an empty
+  ///     list gives a sequence that ends at once.
   ///   - queue: The queue the sources' handlers run on.
-  /// - Returns: The deliveries; its one iterator's `next()` never throws
-  ///   but for a second iterator (`EBUSY`).
-  /// - Throws: `GCDError` with `EINVAL` for an empty list or a signal that
-  ///   cannot be observed (no source is created then).
+  /// - Returns: The deliveries; iterating them cannot fail.
+  /// - Throws: `GCDError` with `EINVAL` for a signal that cannot be
+  ///   observed (no source is created then).
   public static func sequence(of signals: [Int32], queue: Queue = .global()) throws(GCDError) -> SignalSequence {
-    var unique: [Int32] = []
-    for signal in signals where !unique.contains(signal) {
-      if !canObserve(signal), let reason = rejection(of: signal) {
-        throw GCDError(
-          operation: "SignalSource.sequence(of: \(signals))", errno: Errno.invalidArgument, detail: reason)
-      }
-      unique.append(signal)
-    }
-    if unique.isEmpty {
-      throw GCDError(operation: "SignalSource.sequence(of: [])", errno: Errno.invalidArgument, detail: "no signals")
-    }
+    let unique = try validated(signals, operation: "SignalSource.sequence(of: \(signals))")
     let sources = try unique.map { signal throws(GCDError) in try SignalSource(signal: signal, queue: queue) }
     let storage = SignalSequenceStorage(sources: sources)
-    let registered = Group()
     for source in sources {
-      registered.enter()
       let signal = source.signal
       // The handlers hold the storage, never a source (the storage does).
       source.setEventHandler { (_: UInt) in storage.delivered(signal) }
-      source.setRegistrationHandler { registered.leave() }
-      source.resume()
+      _ = source.claimStart()
     }
-    // The registration blocks run on `queue`: waiting from a thread that
-    // holds it would never end.
-    if queue.deadlockingQueue(barrier: false) == nil {
-      _ = Libdispatch.group_wait(registered.raw, Libdispatch.timeForever)
-    }
+    startRegistered(sources)
+    if sources.isEmpty { storage.terminate() }
     return SignalSequence(owner: SignalSequenceOwner(storage: storage))
   }
 
   /// The deliveries of `sequence(of:)`: one signal number per event of a
-  /// signal's source. It ends (and cancels the sources) when its iterator
-  /// is dropped or its task cancelled, or when it is dropped unused.
+  /// signal's source. It ends (and cancels the sources) at `cancel()`, when
+  /// its iterator is dropped or its task cancelled, or when it is dropped
+  /// unused.
+  ///
+  /// It has one iterator: a second `makeAsyncIterator()` is misuse and
+  /// stops the process with a message.
   ///
   /// `Sendable`: it holds a class whose state is behind a mutex.
   public struct SignalSequence: AsyncSequence, Sendable {
-    /// The error `next()` throws: only `EBUSY`, for a second iterator.
-    public typealias Failure = GCDError
+    /// It never throws.
+    public typealias Failure = Never
 
     let owner: SignalSequenceOwner
 
-    /// The iterator; a second one throws `EBUSY`.
+    /// The iterator. A second one stops the process with a message naming
+    /// the call (the sequence has one consumer).
     public func makeAsyncIterator() -> Iterator {
       let storage = owner.storage
-      return Iterator(token: storage.claimIterator() ? SignalSequenceToken(storage: storage) : nil)
+      guard storage.claimIterator() else {
+        fatalError(
+          "GCD: SignalSource.SignalSequence.makeAsyncIterator() called a second time: a signal sequence has one iterator (iterate it in one loop)"
+        )
+      }
+      return Iterator(token: SignalSequenceToken(storage: storage))
     }
+
+    /// Ends the sequence: its sources are cancelled, and the iterator's
+    /// `next()` returns nil (at once if it waits). Again does nothing.
+    public func cancel() { owner.storage.terminate() }
 
     /// The iterator. Dropping it (leaving the loop) cancels the sources.
     ///
     /// `Sendable`: its state is in a class behind a mutex.
     public struct Iterator: AsyncIteratorProtocol, Sendable {
-      let token: SignalSequenceToken?
+      let token: SignalSequenceToken
 
-      /// The next delivered signal, or nil once the task is cancelled.
-      ///
-      /// - Throws: `GCDError` with `EBUSY` when this is the sequence's second iterator.
-      public mutating func next() async throws(GCDError) -> Int32? {
-        guard let token else { throw SignalSequenceStorage.busy }
-        return await token.storage.next()
-      }
+      /// The next delivered signal, or nil once the sequence ended (`cancel()`, the task cancelled).
+      public mutating func next() async -> Int32? { await token.storage.next() }
 
-      /// The next delivered signal, or nil once the task is cancelled.
+      /// The next delivered signal, or nil once the sequence ended.
       ///
       /// - Parameter actor: The caller's isolation.
-      /// - Throws: `GCDError` with `EBUSY` as `next()`.
-      public mutating func next(isolation actor: isolated (any Actor)?) async throws(GCDError) -> Int32? {
-        guard let token else { throw SignalSequenceStorage.busy }
-        return await token.storage.next()
+      public mutating func next(isolation actor: isolated (any Actor)?) async -> Int32? {
+        await token.storage.next()
       }
     }
   }
@@ -299,10 +304,6 @@ final class SignalSequenceStorage: Sendable {
     var finished = false
     var iterated = false
   }
-
-  static let busy = GCDError(
-    operation: "SignalSource.sequence(of:)", errno: Errno.busy,
-    detail: "the sequence is iterated already; it has one iterator")
 
   /// Cancelled at the end; a cancelled source's handlers are freed, which
   /// releases their hold on this storage.

@@ -15,8 +15,15 @@
 /// signal afterwards: replacing libdispatch's handler silently stops every
 /// source of that signal.
 ///
-/// Signals that cannot be observed (`SIGKILL`, `SIGSTOP`) or that mean the
-/// process is broken (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`) are rejected.
+/// Rejected, by every entry point alike (`init(signal:queue:)`,
+/// `withSignals`, `sequence(of:)`, `canObserve(_:)`): the signals that
+/// cannot be observed (`SIGKILL`, `SIGSTOP`); those that mean the process
+/// is broken (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`); `SIGTRAP`, `SIGSYS`,
+/// `SIGPIPE` and `SIGPROF`, which libdispatch never blocks on its threads,
+/// so its handler re-raises them on its manager thread forever (measured:
+/// the event is lost and that thread spins); and the C library's own (32
+/// and 33 on glibc, below `SIGRTMIN`: glibc refuses libdispatch's handler
+/// for them).
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
 public final class SignalSource: Source, @unchecked Sendable {
@@ -42,9 +49,11 @@ public final class SignalSource: Source, @unchecked Sendable {
   }
 
   /// Whether a `SignalSource` can observe `signal`: a signal number
-  /// (1...64) other than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL and
-  /// SIGFPE. `SignalSource(signal:queue:)` throws `EINVAL` exactly when this
-  /// is false. Two tests, no system call.
+  /// (1...64) other than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+  /// SIGTRAP, SIGSYS, SIGPIPE, SIGPROF and the C library's own (from 32 up
+  /// to `SIGRTMIN`: 32 and 33 on glibc). `SignalSource(signal:queue:)`, `withSignals` and
+  /// `sequence(of:)` throw `EINVAL` exactly when this is false. Two tests,
+  /// no system call.
   ///
   /// - Parameter signal: The signal number.
   public static func canObserve(_ signal: Int32) -> Bool {
@@ -52,12 +61,39 @@ public final class SignalSource: Source, @unchecked Sendable {
   }
 
   /// Bit `n - 1` set for each signal `n` that cannot be observed.
-  static let unobservableMask: UInt64 = unobservableSignals.reduce(0) { $0 | 1 << UInt64($1.number - 1) }
+  static let unobservableMask: UInt64 =
+    (32..<system_sigrtmin()).reduce(unobservableSignals.reduce(0) { $0 | 1 << UInt64($1.number - 1) }) {
+      $0 | 1 << UInt64($1 - 1)
+    }
 
   /// Why `signal` cannot be observed, or nil if it can.
   static func rejection(of signal: Int32) -> String? {
     if let entry = unobservableSignals.first(where: { $0.number == signal }) { return "\(entry.name) \(entry.reason)" }
-    return (1...64).contains(signal) ? nil : "not a signal number (1...64)"
+    guard (1...64).contains(signal) else { return "not a signal number (1...64)" }
+    let rtmin = system_sigrtmin()
+    guard (32..<rtmin).contains(signal) else { return nil }
+    return
+      "signal \(signal) is the C library's own (glibc: SIGCANCEL 32, SIGSETXID 33; SIGRTMIN is \(rtmin)): glibc refuses libdispatch's handler for it, so no source can observe it"
+  }
+
+  /// The one validation of every entry point: `EINVAL` naming `operation` and the reason unless
+  /// `signal` can be observed.
+  static func check(_ signal: Int32, operation: @autoclosure () -> String) throws(GCDError) {
+    if !canObserve(signal) {
+      throw GCDError(
+        operation: operation(), errno: Errno.invalidArgument, detail: rejection(of: signal) ?? "cannot be observed")
+    }
+  }
+
+  /// `signals` checked (`check`) with repeats removed: first occurrences, in order.
+  static func validated(_ signals: [Int32], operation: @autoclosure () -> String) throws(GCDError) -> [Int32] {
+    var unique: [Int32] = []
+    unique.reserveCapacity(signals.count)
+    for signal in signals where !unique.contains(signal) {
+      try check(signal, operation: operation())
+      unique.append(signal)
+    }
+    return unique
   }
 
   /// Creates a source that observes `signal`, with handlers on `queue`.
@@ -70,9 +106,7 @@ public final class SignalSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(signal: Int32, queue: Queue) throws(GCDError) {
-    if !SignalSource.canObserve(signal), let reason = SignalSource.rejection(of: signal) {
-      throw GCDError(operation: "SignalSource(signal: \(signal))", errno: Errno.invalidArgument, detail: reason)
-    }
+    try SignalSource.check(signal, operation: "SignalSource(signal: \(signal))")
     super.init(created: try Source.create(.signal, handle: UInt(signal), queue: queue), queue: queue)
   }
 

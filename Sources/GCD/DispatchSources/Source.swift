@@ -28,7 +28,7 @@ import Synchronization
 /// The corresponding C type is `dispatch_source_t`.
 public class Source: GCDObject, @unchecked Sendable {
   /// The user's cancel handler, as a closure or a C function.
-  enum CancelHandler {
+  enum CancelHandler: Sendable {
     case none
     case closure(@Sendable () -> Void)
     case function(Libdispatch.Function)
@@ -37,6 +37,9 @@ public class Source: GCDObject, @unchecked Sendable {
   struct Shared {
     var target: Queue
     var handlers: SourceHandlers?
+    /// A sequence's start has pointed the C source at `Registration.queue` until it registers:
+    /// `setTarget(_:)` records `target` only, and the registration applies it.
+    var registering = false
   }
 
   /// Started, suspended(n), cancelled: balanced in `deinit`.
@@ -365,11 +368,12 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_set_target_queue`.
   public final func setTarget(_ queue: Queue) {
-    shared.withLock { shared in
+    let registering = shared.withLock { shared in
       shared.target = queue
       shared.handlers?.target(queue)
+      return shared.registering
     }
-    Libdispatch.set_target_queue(raw, queue.raw)
+    if !registering { Libdispatch.set_target_queue(raw, queue.raw) }
   }
 
   /// The queue the handlers run on.

@@ -1,23 +1,26 @@
 import Synchronization
 
 /// The events of a source as an `AsyncSequence`: `for try await value in
-/// source.events { … }`, one element per (merged) event, typed per source
-/// (`UInt` for the data, timer, signal, read and write sources,
+/// source.makeEvents() { … }`, one element per (merged) event, typed per
+/// source (`UInt` for the data, timer, signal, read and write sources,
 /// `ProcEvents` and `FileSystemEvents`).
 ///
-/// Making the sequence (reading `events`) starts the source: it installs
-/// the sequence as the source's event handler, starts the source (it must
-/// not have been started: the sequence is how it is started) and waits for
-/// its registration, so no event after that point is lost, also before the
-/// first `next()`: `let seq = source.events` in one place and `for try
-/// await value in seq` in a child task later sees a signal sent between
-/// the two. The source's registration handler, if you set one, runs
-/// first. (When the calling thread runs on the source's queue, or on a
-/// queue it targets, the registration cannot run until the caller returns:
-/// the sequence then starts the source without waiting for it.) The wait
-/// is as long as the registration takes: microseconds, unless the
-/// source's queue is busy with other work, or suspended — then making the
-/// sequence waits until that queue runs the registration (resume it first).
+/// Making the sequence (`makeEvents()`) starts the source: it installs the
+/// sequence as the source's event handler, starts the source (it must not
+/// have been started: the sequence is how it is started) and returns once
+/// the source is registered — the kernel watches — so no event after that
+/// point is lost, also before the first `next()`: `let seq =
+/// source.makeEvents()` in one place and `for try await value in seq` in a
+/// child task later sees a signal sent between the two.
+///
+/// Registration never waits for the source's queue: the source registers
+/// on a queue of the package's own and is then pointed at its queue, so
+/// making the sequence returns in microseconds also when that queue is
+/// suspended, inactive, busy, or the one the caller runs on (the events
+/// then wait in the source until the queue runs). The source's
+/// registration and cancel handlers, if you set them, run on the source's
+/// queue, as always; the registration handler may run after `makeEvents()`
+/// returns.
 ///
 /// Back-pressure is the source's own merging: while no one takes an
 /// element (before the first `next()`, or while the consumer is busy) the
@@ -124,8 +127,6 @@ final class EventsStorage<Element: Sendable>: Sendable {
     var started = false
     /// An iterator was made (the sequence's drop no longer ends it).
     var iterated = false
-    /// The registration wait is released (registered, or cancelled first).
-    var released = false
     /// Why the start failed (`EBUSY`), thrown by the first `next()`.
     var failure: GCDError?
     /// An event taken from the source that the consumer has not asked for
@@ -144,8 +145,6 @@ final class EventsStorage<Element: Sendable>: Sendable {
   let source: Source
   let element: @Sendable (UInt) -> Element
   let state = Mutex(State())
-  /// Entered at the start, left once at registration (or cancellation).
-  let registration = Group()
 
   init(source: Source, element: @escaping @Sendable (UInt) -> Element) {
     self.source = source
@@ -187,15 +186,14 @@ final class EventsStorage<Element: Sendable>: Sendable {
   }
 
   /// Claims the start of the source, installs the handlers, starts it and
-  /// waits for its registration (unless the caller holds the queue the
-  /// registration runs on); unless it was started (or suspended) already:
-  /// then `EBUSY` for the first `next()`, or the end for a cancelled
-  /// source. The claim and the check are one atomic step, so of two
-  /// sequences, or a sequence and a `resume()`, exactly one starts the
+  /// waits for its registration, which never waits for the source's queue
+  /// (`Source.startRegistered`); unless it was started (or suspended)
+  /// already: then `EBUSY` for the first `next()`, or the end for a
+  /// cancelled source. The claim and the check are one atomic step, so of
+  /// two sequences, or a sequence and a `resume()`, exactly one starts the
   /// source, and the other never touches its handlers.
   func start() {
-    let claim = source.lifecycle.update { $0.claimStart() }
-    if claim != .activate {
+    guard source.claimStart() else {
       let cancelled = source.lifecycle.load(ordering: .acquiring).isCancelled
       state.withLock { state in
         state.finished = true
@@ -210,32 +208,13 @@ final class EventsStorage<Element: Sendable>: Sendable {
       return
     }
     state.withLock { $0.started = true }
-    registration.enter()
     // Set before the C source is activated: libdispatch installs a handler
     // set on an active source asynchronously. Meanwhile the word says
     // active, so a `resume()` stops as on any running source, and a
     // `cancel()` leaves the start to this call.
     source.setEventHandler { [self] in received(source.data) }
     source.handlers.setCancelHook { [self] in finish() }
-    source.handlers.setRegistration(hook: { [self] in released() })
-    source.onActivate?()
-    claim.perform(on: source.raw)
-    // The registration block runs on the source's queue: waiting for it
-    // from a thread that holds that queue (or one it runs through) would
-    // never end.
-    if source.queue.deadlockingQueue(barrier: false) == nil {
-      _ = Libdispatch.group_wait(registration.raw, Libdispatch.timeForever)
-    }
-  }
-
-  /// The registration handler ran (events flow from now on), or the source
-  /// was cancelled first: the start's wait ends, once.
-  func released() {
-    let leave = state.withLock { state in
-      defer { state.released = true }
-      return !state.released
-    }
-    if leave { registration.leave() }
+    Source.startRegistered([source])
   }
 
   /// Makes the one iterator; false for a second one.
@@ -275,7 +254,6 @@ final class EventsStorage<Element: Sendable>: Sendable {
   /// The source was cancelled (its cancel handler ran): the sequence ends
   /// once the buffered element, if any, is delivered.
   func finish() {
-    released()
     let consumer: Consumer? = state.withLock { state in
       state.finished = true
       state.started = false  // cancelled already

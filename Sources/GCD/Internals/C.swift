@@ -99,6 +99,9 @@ enum Libdispatch {
   /// (unretained), for the job runner (`JobRunner`).
   @inlinable static var executorKey: UnsafeRawPointer { cgcd_executor_key() }
 
+  /// The key that marks the queue sources register on (`Registration.queue`).
+  static var registrationKey: UnsafeRawPointer { cgcd_registration_key() }
+
   /// `dispatch_get_current_queue`: the queue whose work the calling thread
   /// is running (the queue the work was submitted to, or a global queue);
   /// libdispatch's own record, which also sees work this package did not

@@ -70,30 +70,54 @@ final class SourceHandlers: Sendable {
   func installCancelBlock() {
     let run: @Sendable () -> Void = { [self] in
       if cleanupFirst { ownedCleanup?() }
-      let handler = cancel.withLock { cancel in
-        defer { cancel.handler = .none }
-        return cancel.handler
-      }
-      switch handler {
-      case .none: break
-      case .closure(let closure): closure()
-      case .function(let function): function(Libdispatch.get_context(raw))
-      }
+      call(
+        cancel.withLock { cancel in
+          defer { cancel.handler = .none }
+          return cancel.handler
+        })
       cancelHook.withLock { hook in
         defer { hook = nil }
         return hook
       }?()
-      // A registration that never ran (the source was cancelled first) must not keep its
-      // closures: libdispatch frees the C block, but the closures live here, and a hook that
-      // holds the source (an event sequence's) would keep it alive forever. Released outside
-      // the lock, after the cancel hook (which ends a sequence's wait for the registration).
-      _ = registration.withLock { registration in
-        defer { (registration.handler, registration.hook) = (.none, nil) }
-        return registration
-      }
       if !cleanupFirst { ownedCleanup?() }
     }
-    Libdispatch.source_set_cancel_handler(raw, block(run))
+    Libdispatch.source_set_cancel_handler(
+      raw,
+      block { [self] in
+        // A registration that never ran (the source was cancelled first): its hook ends the start's
+        // wait, and neither closure may stay here (libdispatch frees the C block, not the closures,
+        // and a hook holds the source). Taken outside the lock, before the rest.
+        let registration = registration.withLock { registration in
+          defer { (registration.handler, registration.hook) = (.none, nil) }
+          return registration
+        }
+        registration.hook?()
+        onTarget(run)
+      })
+  }
+
+  /// Runs `body` here, or, when libdispatch runs this block on `Registration.queue` (the source was
+  /// cancelled, or its registration handler set, before its new target took effect), on the
+  /// source's queue, with the C source kept until it has run.
+  func onTarget(_ body: @escaping @Sendable () -> Void) {
+    guard Registration.isCurrent else { return body() }
+    Libdispatch.retain(raw)
+    let target = OpaquePointer(bitPattern: target.load(ordering: .relaxed) & ~frameExclusive).unsafelyUnwrapped
+    Libdispatch.async_block(
+      target,
+      block { [self] in
+        body()
+        Libdispatch.release(raw)
+      })
+  }
+
+  /// Calls the user's handler (a C function gets the source's context).
+  func call(_ handler: Source.CancelHandler) {
+    switch handler {
+    case .none: break
+    case .closure(let closure): closure()
+    case .function(let function): function(Libdispatch.get_context(raw))
+    }
   }
 
   /// Sets the package's hook run after the user's cancel handler, and
@@ -108,26 +132,26 @@ final class SourceHandlers: Sendable {
   }
 
   /// Records the user's registration handler, or the package's hook, and
-  /// installs a registration block that runs both, the user's first, once.
-  /// Installed on every call, as the C function is: libdispatch runs a block
-  /// set after registration at once.
+  /// installs a registration block that runs both, the package's first,
+  /// once: the hook ends a start's wait (and the source's stay on
+  /// `Registration.queue`), then the user's handler runs on the source's
+  /// queue. Installed on every call, as the C function is: libdispatch runs
+  /// a block set after registration at once.
   func setRegistration(handler: Source.CancelHandler? = nil, hook: (@Sendable () -> Void)? = nil) {
     registration.withLock { registration in
       if let handler { registration.handler = handler }
       if let hook { registration.hook = hook }
     }
-    let run: @Sendable () -> Void = { [self] in
-      let (handler, hook) = registration.withLock { registration in
-        defer { (registration.handler, registration.hook) = (.none, nil) }
-        return (registration.handler, registration.hook)
-      }
-      switch handler {
-      case .none: break
-      case .closure(let closure): closure()
-      case .function(let function): function(Libdispatch.get_context(raw))
-      }
-      hook?()
-    }
-    Libdispatch.source_set_registration_handler(raw, block(run))
+    Libdispatch.source_set_registration_handler(
+      raw,
+      block { [self] in
+        let (handler, hook) = registration.withLock { registration in
+          defer { (registration.handler, registration.hook) = (.none, nil) }
+          return (registration.handler, registration.hook)
+        }
+        hook?()
+        if case .none = handler { return }
+        onTarget { [self] in call(handler) }
+      })
   }
 }

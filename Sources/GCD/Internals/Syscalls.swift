@@ -314,8 +314,13 @@ enum Errno {
   ]
 }
 
+/// The first real-time signal (`SIGRTMIN`), read at run time as the C
+/// library's macro does: the numbers from 32 up to it are the library's own
+/// (glibc: SIGCANCEL 32, SIGSETXID 33).
+func system_sigrtmin() -> Int32 { __libc_current_sigrtmin() }
+
 /// The signals a `SignalSource` cannot observe, by number, with their C
-/// names and why.
+/// names and why (the C library's own, from 32 to `SIGRTMIN`, beside these).
 let unobservableSignals: [(number: Int32, name: String, reason: String)] = [
   (SIGKILL, "SIGKILL", "cannot be caught or observed"),
   (SIGSTOP, "SIGSTOP", "cannot be caught or observed"),
@@ -323,7 +328,19 @@ let unobservableSignals: [(number: Int32, name: String, reason: String)] = [
   (SIGBUS, "SIGBUS", "means the process is broken; it cannot be observed from a queue"),
   (SIGILL, "SIGILL", "means the process is broken; it cannot be observed from a queue"),
   (SIGFPE, "SIGFPE", "means the process is broken; it cannot be observed from a queue"),
+  // libdispatch blocks every signal on its threads but these and the four above (its
+  // `_dispatch_sigmask`), and its handler re-raises a signal at its manager thread to reach the
+  // signalfd: one of these is delivered to the handler again, forever. Measured: the event is
+  // lost and the manager thread spins at 100% CPU.
+  (SIGTRAP, "SIGTRAP", unmaskedReason),
+  (SIGSYS, "SIGSYS", unmaskedReason),
+  (SIGPIPE, "SIGPIPE", unmaskedReason),
+  (SIGPROF, "SIGPROF", unmaskedReason),
 ]
+
+/// Why the signals libdispatch leaves unblocked on its threads cannot be observed.
+private let unmaskedReason =
+  "is one libdispatch never blocks on its threads: its handler would re-raise it on the manager thread forever (never reaching the signalfd); ignore it with signal(_, SIG_IGN) instead"
 
 // MARK: - Memory
 

@@ -1,0 +1,76 @@
+/// Where sources register when a sequence starts them: a serial queue of the package's own, so that
+/// making a sequence returns once the kernel watches, whatever the user's queue is doing
+/// (suspended, inactive, held by the caller).
+///
+/// libdispatch installs a source on its manager thread, then runs the registration handler on the
+/// source's target queue: the only part of a registration that needs a queue. A source started here
+/// targets this queue until its registration handler has run on it; that handler points the source
+/// at its own queue again (`Source.endRegistration`) and ends the wait. Nothing of the user's runs
+/// here: the user's registration and cancel handlers, when libdispatch calls them on this queue,
+/// are sent on to the source's queue (`SourceHandlers`); the event handlers that can run here
+/// before the source's new target takes effect are the package's own (the sequences' storage).
+///
+/// A serial queue is overcommit: libdispatch gives it a thread even when every worker is busy, so
+/// the wait is as long as the manager thread's install and one handler call — microseconds.
+enum Registration {
+  /// The queue, marked with `Libdispatch.registrationKey` so a handler block can tell it runs here.
+  static let queue: Queue = {
+    let queue = Queue(label: "GCD.registration")
+    let key = Libdispatch.registrationKey
+    Libdispatch.queue_set_specific(queue.raw, key, UnsafeMutableRawPointer(mutating: key), nil)
+    return queue
+  }()
+
+  /// Whether the calling thread runs a block of `queue` (a source's handler block, while the source
+  /// still targets it).
+  static var isCurrent: Bool { Libdispatch.get_specific(Libdispatch.registrationKey) != nil }
+}
+
+extension Source {
+  /// Claims the source's first start (`Lifecycle.claimStart`): true when this call starts it, and
+  /// the source is then active in the word and inactive in C until `startRegistered` activates it.
+  final func claimStart() -> Bool {
+    lifecycle.update { $0.claimStart() } == .activate
+  }
+
+  /// Activates `sources`, each claimed by `claimStart()`, registering on `Registration.queue`, and
+  /// returns once every one is registered (the kernel watches it) or cancelled; each then runs its
+  /// handlers on its own queue again.
+  ///
+  /// Each source's target is the registration queue while it is inactive (set before activation,
+  /// so at once); its registration block runs the package's hook first (`endRegistration`, then the
+  /// group's leave), the user's registration handler after it, on the user's queue. A source
+  /// cancelled before it registers never runs its registration handler (as in C): its cancel block
+  /// runs the hook instead. `setTarget(_:)` meanwhile only records the queue, which
+  /// `endRegistration` applies.
+  static func startRegistered(_ sources: [Source]) {
+    if Registration.isCurrent {
+      // Only a handler of the package's runs there, and none makes a sequence; a user's event
+      // handler set on a source while its sequence registers could, and would wait on itself.
+      fatalError("GCD: a sequence was made from a handler running on GCD.registration; make it on the source's queue")
+    }
+    let registered = Group()
+    for source in sources {
+      registered.enter()
+      source.shared.withLock { $0.registering = true }
+      Libdispatch.set_target_queue(source.raw, Registration.queue.raw)
+      source.handlers.setRegistration(hook: { [source] in
+        source.endRegistration()
+        registered.leave()
+      })
+      source.onActivate?()
+      Libdispatch.activate(source.raw)
+    }
+    _ = Libdispatch.group_wait(registered.raw, Libdispatch.timeForever)
+  }
+
+  /// The registration window closes: the source's C target becomes its recorded queue again (the
+  /// user's, or the last `setTarget(_:)`'s). Called once, by the registration hook. libdispatch
+  /// applies a new target of a source it is running at the end of the current handler call.
+  final func endRegistration() {
+    shared.withLock { shared in
+      shared.registering = false
+      Libdispatch.set_target_queue(raw, shared.target.raw)
+    }
+  }
+}

@@ -1,0 +1,157 @@
+import GCD
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// Registration never depends on a user queue: every sequence the package makes (`makeEvents()`,
+/// `SignalSource.sequence(of:)`, `SignalSource.withSignals`) returns once the kernel watches, also
+/// when its queue is suspended, inactive, or the caller's own; the event sent right after is kept.
+///
+/// Each kind runs in an exit-test child bounded by `alarm(30)`: a call that never returns dies of
+/// SIGALRM, and a signal sent before the kernel watches takes its default action (it ends the
+/// child). A signal is sent with `kill(getpid(), …)` right after the sequence is made, before the
+/// queue runs anything; the queue is started after that, and the event must come.
+@Suite("Registration")
+struct RegistrationTests {
+  @Test("SignalSource.sequence(of:) on a suspended, an inactive and the caller's own queue")
+  func signalSequence() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      for (placement, signal) in zip(QueuePlacement.allCases, [SIGUSR1, SIGUSR2, SIGHUP]) {
+        let queue = placement.makeQueue()
+        let signals = try placement.make(on: queue) {
+          let signals = try SignalSource.sequence(of: [signal], queue: queue)
+          kill(getpid(), signal)
+          return signals
+        }
+        placement.start(queue)
+        let seen = await first(of: signals)
+        childCheck(seen == signal, "\(placement): \(String(describing: seen))")
+      }
+      endChild("ok")
+    }
+  }
+
+  @Test("SignalSource.makeEvents() on a suspended, an inactive and the caller's own queue")
+  func signalEvents() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      for (placement, signal) in zip(QueuePlacement.allCases, [SIGUSR1, SIGUSR2, SIGHUP]) {
+        let queue = placement.makeQueue()
+        let source = try SignalSource(signal: signal, queue: queue)
+        let events = placement.make(on: queue) {
+          let events = source.makeEvents()
+          kill(getpid(), signal)
+          return events
+        }
+        placement.start(queue)
+        let count = try await first(of: events)
+        childCheck(count == 1, "\(placement): \(String(describing: count)) deliveries")
+        childCheck(source.queue === queue, "\(placement): the source's queue is not the one it was made with")
+      }
+      endChild("ok")
+    }
+  }
+
+  @Test("DataAddSource.makeEvents() and TimerSource.makeEvents() on each placement; handlers on the user's queue")
+  func dataAndTimerEvents() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      for placement in QueuePlacement.allCases {
+        let queue = placement.makeQueue()
+        let data = DataAddSource(queue: queue)
+        let timer = TimerSource(queue: queue)
+        timer.schedule(start: .now)
+        let cancelledOnQueue = Event()
+        // The user's handlers set before the sequence runs on the user's queue, never elsewhere.
+        timer.setCancelHandler { if queue.isCurrent { cancelledOnQueue.signal() } }
+        let (dataEvents, timerEvents) = placement.make(on: queue) {
+          let events = data.makeEvents()
+          data.merge(3)
+          return (events, timer.makeEvents())
+        }
+        placement.start(queue)
+        let sum = try await first(of: dataEvents)
+        childCheck(sum == 3, "\(placement): data \(String(describing: sum))")
+        let fires = try await first(of: timerEvents) ?? 0
+        childCheck(fires >= 1, "\(placement): timer \(fires)")
+        childCheck(
+          blocking { cancelledOnQueue.wait() }, "\(placement): the timer's cancel handler did not run on its queue")
+      }
+      endChild("ok")
+    }
+  }
+
+  @Test("SignalSource.withSignals on a suspended and an inactive queue")
+  func scopedSignals() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      for (placement, signal) in zip([QueuePlacement.suspended, .inactive], [SIGUSR1, SIGUSR2]) {
+        let queue = placement.makeQueue()
+        let seen = try await SignalSource.withSignals([signal], queue: queue) { signals in
+          kill(getpid(), signal)
+          placement.start(queue)
+          for await delivered in signals { return delivered }
+          return 0
+        }
+        childCheck(seen == signal, "\(placement): \(seen)")
+      }
+      endChild("ok")
+    }
+  }
+}
+
+/// The first element of `sequence` (leaving the loop ends it), or nil if it ends first.
+private func first<S: AsyncSequence>(of sequence: S) async throws(S.Failure) -> S.Element? {
+  var iterator = sequence.makeAsyncIterator()
+  return try await iterator.next(isolation: nil)
+}
+
+/// Ends the child with SIGALRM after 30 s: a registration that waits on the user's queue never
+/// returns.
+private func bound() { alarm(30) }
+
+/// Where a sequence is made: on a suspended queue, on an inactive queue, or from inside the queue.
+enum QueuePlacement: CaseIterable, CustomStringConvertible {
+  case suspended, inactive, own
+
+  var description: String {
+    switch self {
+    case .suspended: "suspended queue"
+    case .inactive: "inactive queue"
+    case .own: "from inside its own queue"
+    }
+  }
+
+  func makeQueue() -> Queue {
+    switch self {
+    case .suspended:
+      let queue = Queue(label: "registration.suspended")
+      queue.suspend()
+      return queue
+    case .inactive: return Queue(label: "registration.inactive", initiallyInactive: true)
+    case .own: return Queue(label: "registration.own")
+    }
+  }
+
+  /// Runs `body` where this placement makes the sequence: on the queue itself for `.own`.
+  func make<T, E: Error>(on queue: Queue, _ body: () throws(E) -> T) throws(E) -> T {
+    switch self {
+    case .own: return try queue.sync(body)
+    case .suspended, .inactive: return try body()
+    }
+  }
+
+  /// Lets the queue run.
+  func start(_ queue: Queue) {
+    switch self {
+    case .suspended: queue.resume()
+    case .inactive: queue.activate()
+    case .own: break
+    }
+  }
+}
