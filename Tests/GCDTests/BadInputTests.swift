@@ -116,6 +116,9 @@ private func tryEveryBadArgument() -> Never {
       _ = try ProcSource(pid: reaped, queue: queue)
     },
     BadCall("ProcSource(pid: 0", EINVAL) { _ = try ProcSource(pid: 0, queue: queue) },
+    BadCall("ProcSource(pid: \(getpid()), events: [])", EINVAL, names: "no events to watch") {
+      _ = try ProcSource(pid: getpid(), events: [], queue: queue)
+    },
     BadCall("ProcSource(pid: \(getpid()), events: [.fork])", ENOTSUP, names: "unsupported on Linux") {
       _ = try ProcSource(pid: getpid(), events: .fork, queue: queue)
     },

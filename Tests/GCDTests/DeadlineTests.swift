@@ -232,3 +232,205 @@ extension DeadlineTests {
     #expect(mixed.max() == .forever && mixed.min().map { $0 == now || $0 == wall } == true)
   }
 }
+
+// MARK: - The edges of both clocks (issue 25)
+
+/// libdispatch's `DISPATCH_TIME_MAX_VALUE`: its clocks end before 2^62 − 1 ns.
+private let maxValue: UInt64 = 1 << 62 - 1
+
+/// The wall-clock deadline `nanoseconds` after the epoch, split as a caller would.
+private func wall(_ nanoseconds: Int64) -> Deadline {
+  .wallClock(
+    secondsSinceEpoch: Int(nanoseconds / 1_000_000_000), nanoseconds: Int(nanoseconds % 1_000_000_000))
+}
+
+/// A value below `bound` with a random number of significant bits, so that small, middle and huge
+/// values all come up.
+private func spread(below bound: UInt64, using random: inout SeededRandom) -> UInt64 {
+  let bits = Int.random(in: 1...64, using: &random)
+  return (random.next() >> (64 - bits)) % bound
+}
+
+/// Runs a property over a seeded generator and expects no failure; the message names the seed
+/// that replays the run and the first failures.
+private func checkProperty(
+  minimumCases: Int = 0, sourceLocation: SourceLocation = #_sourceLocation,
+  _ body: (inout SeededRandom, inout [String]) -> Int
+) {
+  let seed = SeededRandom.runSeed
+  var random = SeededRandom(seed: seed)
+  var failures: [String] = []
+  let cases = body(&random, &failures)
+  let failed = failures.count
+  #expect(failed == 0, "seed \(seed) (GCD_PROPERTY_SEED): \(failures.prefix(5))", sourceLocation: sourceLocation)
+  #expect(cases >= minimumCases, sourceLocation: sourceLocation)
+}
+
+extension DeadlineTests {
+  @Test("a wall-clock time at or past 2^62 - 1 ns since the epoch (2116-02-20) is forever, not another clock")
+  func wallClockPast2116() {
+    // dispatch_walltime gave 0xba9c6e7dbb0c0000 here: bit 63 without bit 62, libdispatch's continuous clock.
+    let late = Deadline.wallClock(secondsSinceEpoch: 5_000_000_000)
+    #expect(late.isForever)
+    #expect(late - .seconds(1) <= late)
+    #expect(Deadline.wallClock() < late)
+    #expect(wall(1 << 62).isForever)
+    #expect(wall(Int64(maxValue)).isForever)
+    #expect(Deadline.wallClock(secondsSinceEpoch: .max).isForever)
+    #expect(Deadline.wallClock(secondsSinceEpoch: 1, nanoseconds: .max).isForever)
+    let last = wall(Int64(maxValue) - 1)
+    #expect(last.nanosecondsSinceEpoch == maxValue - 1)
+    #expect(last - .seconds(1) < last && last < .forever)
+    #expect(last + .nanoseconds(1) == .forever)
+  }
+
+  @Test("the earliest wall-clock deadline is a real time, not DISPATCH_WALLTIME_NOW: adding to it counts from it")
+  func earliestWallClockIsATime() {
+    let earliest = Deadline.wallClock() - .seconds(Int64.max)
+    #expect(earliest + .seconds(3_600) < Deadline.wallClock())
+    #expect(earliest.rawValue != ~1, "~1 is DISPATCH_WALLTIME_NOW")
+    #expect(earliest.nanosecondsSinceEpoch == 3)
+    #expect(earliest - .nanoseconds(1) == earliest)
+    #expect(earliest == .wallClockEarliest)
+    // libdispatch turns a wall-clock deadline moved back onto 1 ns into ~0, forever.
+    #expect(wall(10) - .nanoseconds(9) == earliest)
+    #expect(wall(10) - .nanoseconds(8) == earliest)
+    #expect(wall(10) - .nanoseconds(7) == wall(3))
+    // Times before it are already due: they become it (not now, not forever).
+    #expect(wall(0) == earliest && wall(2) == earliest && wall(-1) == earliest)
+    #expect(Deadline.wallClock(secondsSinceEpoch: .min) == earliest)
+    #expect(Deadline.wallClock(secondsSinceEpoch: 0, nanoseconds: .min) == earliest)
+  }
+
+  @Test("every raw value orders as libdispatch reads it: monotonic, wall clock, continuous, past the end, forever")
+  func rawValuesOrderByClock() {
+    let expected: [UInt64] = [
+      0, 1, maxValue - 1, maxValue,  // bits 00: monotonic (0 is DISPATCH_TIME_NOW)
+      ~1, ~2, 0 &- (maxValue - 1), 0 &- maxValue,  // bits 11: wall clock by time (~1 is DISPATCH_WALLTIME_NOW)
+      1 << 63, 1 << 63 | 1, 1 << 63 | maxValue,  // bits 10: libdispatch's continuous clock
+      1 << 62, 1 << 62 | 1, UInt64(Int64.max), 3 << 62,  // read as past the end of a clock
+      ~0,  // forever
+    ]
+    var random = SeededRandom(seed: 25)
+    let deadlines = expected.map(Deadline.init(rawValue:))
+    #expect(deadlines.shuffled(using: &random).sorted() == deadlines)
+    for (earlier, later) in zip(deadlines, deadlines.dropFirst()) {
+      #expect(earlier < later, "\(String(earlier.rawValue, radix: 16)) < \(String(later.rawValue, radix: 16))")
+    }
+  }
+
+  @Test("< is a strict total order over raw values: irreflexive, transitive, exactly one of <, ==, >")
+  func strictTotalOrder() {
+    checkProperty(minimumCases: 10_000) { random, failures in
+      let edges: [UInt64] = [
+        0, 1, 2, maxValue - 1, maxValue, 1 << 62, UInt64(Int64.max), 1 << 63, 1 << 63 | 1, 1 << 63 | maxValue,
+        3 << 62, 3 << 62 | 1, 3 << 62 | 2, ~2, ~1, ~0, Deadline.now.rawValue, Deadline.wallClock().rawValue,
+      ]
+      // Random values, and their neighbours, in each of the four encodings.
+      let randoms = (0..<60).flatMap { _ in
+        let value = random.next()
+        return [value, value &+ 1, value &- 1]
+      }
+      let values = (edges + randoms).map(Deadline.init(rawValue:))
+      for a in values {
+        if a < a { failures.append("\(a.rawValue) < itself") }
+        for b in values {
+          let answers = [a < b, a == b, b < a].filter { $0 }.count
+          if answers != 1 { failures.append("\(a.rawValue), \(b.rawValue): \(answers) of <, ==, >") }
+          guard a < b else { continue }
+          for c in values where b < c && !(a < c) {
+            failures.append("\(a.rawValue) < \(b.rawValue) < \(c.rawValue) but not \(a.rawValue) < \(c.rawValue)")
+          }
+        }
+      }
+      return values.count * values.count
+    }
+  }
+
+  @Test("on either clock, d - x <= d <= d + x, exactly, clamped; a wall-clock deadline stays on the wall clock")
+  func arithmeticStaysOnItsClock() {
+    checkProperty(minimumCases: 5_000) { random, failures in
+      let edgeDurations: [UInt64] = [0, 1, 2, 3, maxValue - 1, maxValue, 1 << 62, UInt64(Int64.max)]
+      let durations = edgeDurations + (0..<60).map { _ in spread(below: UInt64(Int64.max), using: &random) }
+      // What libdispatch makes on each clock: monotonic 1 ..< maxValue, wall clock 3 ..< maxValue ns.
+      let monotonicEdges: [UInt64] = [1, 2, 3, maxValue - 2, maxValue - 1, Deadline.now.rawValue]
+      let wallEdges: [UInt64] = [3, 4, 5, maxValue - 2, maxValue - 1, Deadline.wallClock().nanosecondsSinceEpoch!]
+      let monotonic = monotonicEdges + (0..<60).map { _ in 1 + spread(below: maxValue - 1, using: &random) }
+      let wallTimes = wallEdges + (0..<60).map { _ in 3 + spread(below: maxValue - 3, using: &random) }
+      var cases = 0
+      for x in durations {
+        let duration = Duration.nanoseconds(Int64(x))
+        for raw in monotonic {
+          let d = Deadline(rawValue: raw)
+          let later = d + duration
+          let earlier = d - duration
+          let sum = raw.addingReportingOverflow(x)
+          let expectedLater =
+            sum.overflow || sum.partialValue >= maxValue ? Deadline.forever : Deadline(rawValue: sum.partialValue)
+          let expectedEarlier = Deadline(rawValue: raw > x ? raw - x : 1)
+          if !(earlier <= d && d <= later) { failures.append("monotonic \(raw) ± \(x): not ordered") }
+          if later != expectedLater || earlier != expectedEarlier {
+            failures.append("monotonic \(raw) ± \(x): \(earlier.rawValue), \(later.rawValue)")
+          }
+          if d + .nanoseconds(-Int64(x)) != earlier { failures.append("monotonic \(raw) + -\(x) != \(raw) - \(x)") }
+          cases += 1
+        }
+        for nanoseconds in wallTimes {
+          let d = wall(Int64(nanoseconds))
+          let later = d + duration
+          let earlier = d - duration
+          let sum = nanoseconds.addingReportingOverflow(x)
+          let expectedLater =
+            sum.overflow || sum.partialValue >= maxValue ? Deadline.forever : wall(Int64(sum.partialValue))
+          let expectedEarlier = nanoseconds > x + 3 ? wall(Int64(nanoseconds - x)) : Deadline.wallClockEarliest
+          if d.nanosecondsSinceEpoch != nanoseconds { failures.append("wall \(nanoseconds): \(d.rawValue)") }
+          if !(earlier <= d && d <= later) { failures.append("wall \(nanoseconds) ± \(x): not ordered") }
+          if later != expectedLater || earlier != expectedEarlier {
+            failures.append("wall \(nanoseconds) ± \(x): \(earlier.rawValue), \(later.rawValue)")
+          }
+          for moved in [later, earlier] where !moved.isForever && moved.nanosecondsSinceEpoch.map({ $0 < 3 }) != false {
+            failures.append("wall \(nanoseconds) ± \(x) left the wall clock: \(String(moved.rawValue, radix: 16))")
+          }
+          if d + .nanoseconds(-Int64(x)) != earlier {
+            failures.append("wall \(nanoseconds) + -\(x) != \(nanoseconds) - \(x)")
+          }
+          cases += 1
+        }
+      }
+      return cases
+    }
+  }
+
+  @Test("wallClock(secondsSinceEpoch:nanoseconds:) round-trips before 2^62 - 1 ns and keeps the order of its input")
+  func wallClockRoundTrips() {
+    checkProperty(minimumCases: 3_000) { random, failures in
+      let edges: [Int64] = [
+        .min, -1_000_000_001, -1, 0, 1, 2, 3, 4, 999_999_999, 1_000_000_000, Int64(maxValue) - 1, Int64(maxValue),
+        1 << 62, .max,
+      ]
+      let times =
+        (edges + (0..<3_000).map { _ in Int64(bitPattern: random.next()) >> Int.random(in: 0...63, using: &random) })
+        .sorted()
+      for (nanoseconds, next) in zip(times, times.dropFirst()) {
+        let d = wall(nanoseconds)
+        switch nanoseconds {
+        case ..<3: if d != .wallClockEarliest { failures.append("\(nanoseconds): not the earliest") }
+        case ..<Int64(maxValue):
+          if d.nanosecondsSinceEpoch != UInt64(nanoseconds) { failures.append("\(nanoseconds): \(d.rawValue)") }
+        default: if !d.isForever { failures.append("\(nanoseconds): not forever") }
+        }
+        if !(d <= wall(next)) { failures.append("\(nanoseconds) ≤ \(next): order") }
+      }
+      return times.count
+    }
+  }
+
+  @Test("a raw value libdispatch reads as past the end of a clock moves to forever, as libdispatch moves it")
+  func pastTheEndMovesToForever() {
+    for raw: UInt64 in [1 << 62, UInt64(Int64.max), 3 << 62] {
+      #expect((Deadline(rawValue: raw) + .seconds(1)).isForever)
+      #expect((Deadline(rawValue: raw) - .seconds(1)).isForever)
+      #expect(Deadline(rawValue: raw) < .forever)
+    }
+  }
+}

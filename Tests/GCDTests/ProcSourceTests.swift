@@ -199,6 +199,16 @@ struct ProcSourceTests {
     #expect(error?.description.contains("unsupported on Linux") == true)
   }
 
+  @Test("an empty event set throws EINVAL, as FileSystemSource and MemoryPressureSource do (issue 25)")
+  func emptyEventsThrowEINVAL() throws {
+    for pid in [getpid(), 0] {
+      let error = #expect(throws: GCDError.self) { try ProcSource(pid: pid, events: [], queue: .global()) }
+      #expect(error?.errno == EINVAL)
+      #expect(error?.detail == "no events to watch")
+      #expect(error?.description.contains("ProcSource(pid: \(pid), events: [])") == true)
+    }
+  }
+
   @Test(arguments: [pid_t(0), -1, -100])
   func invalidPidThrowsEINVAL(pid: pid_t) throws {
     let error = #expect(throws: GCDError.self) { try ProcSource(pid: pid, queue: .global()) }

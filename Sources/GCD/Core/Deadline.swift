@@ -2,8 +2,28 @@
 /// wall clock (`wallClock()`), or `forever`.
 ///
 /// Adding a `Duration` clamps instead of overflowing: a deadline that would
-/// pass the end of the clock becomes `forever`, one before the start becomes
-/// the earliest time.
+/// pass the end of its clock becomes `forever`, one before the start becomes
+/// the earliest time on its clock (1 ns of uptime; 3 ns after the epoch). A
+/// deadline stays on its clock. libdispatch's clocks end at
+/// `DISPATCH_TIME_MAX_VALUE`, 2^62 − 1 ns: on the wall clock that is
+/// 2116-02-20, and a later wall-clock time is `forever`.
+///
+/// `<` is a strict total order over every raw value, so deadlines sort and
+/// serve as keys; it means "earlier" only within one clock. Deadlines order by
+/// clock first, as libdispatch reads the two high bits of the value: monotonic
+/// (`00`), then wall clock (`11`), then libdispatch's continuous clock (`10`,
+/// which the package does not make), then values libdispatch reads as past
+/// the end of a clock and treats as `forever` (`01`, and `0xC000_0000_0000_0000`),
+/// then `forever` last. Within a clock they order by time. A monotonic and a
+/// wall-clock deadline are not comparable in time (the clocks drift apart):
+/// every monotonic deadline orders before every wall-clock one, which says
+/// nothing about which comes first.
+///
+/// Two raw values are libdispatch's sentinels for "the current time", read
+/// when the deadline is used: `0` (`DISPATCH_TIME_NOW`, the earliest
+/// monotonic value) and `~1` (`DISPATCH_WALLTIME_NOW`, ordered as 2 ns after
+/// the epoch). No operation here makes them; a `Duration` added to one counts
+/// from now, as libdispatch counts.
 ///
 /// The corresponding C type is `dispatch_time_t`.
 public struct Deadline: Hashable, Comparable, Sendable {
@@ -27,7 +47,7 @@ public struct Deadline: Hashable, Comparable, Sendable {
   ///
   /// The corresponding C call is `dispatch_walltime(NULL, 0)`.
   @inlinable
-  public static func wallClock() -> Deadline { Deadline(rawValue: Libdispatch.walltime(0)) }
+  public static func wallClock() -> Deadline { Deadline(walltime: Libdispatch.walltime(0)) }
 
   /// The wall-clock time `seconds` (and `nanoseconds`) after the Unix epoch.
   ///
@@ -36,32 +56,57 @@ public struct Deadline: Hashable, Comparable, Sendable {
   ///   - nanoseconds: The nanoseconds past `seconds`.
   ///
   /// The corresponding C call is `dispatch_walltime(&timespec, 0)`.
-  /// libdispatch returns `forever` for a time at or before the epoch; such a
-  /// time has long passed, so it becomes the current wall-clock time
-  /// instead (a deadline that is already due).
+  /// A time at or past 2^62 − 1 ns (2116-02-20), where libdispatch's wall
+  /// clock ends, is `forever`. libdispatch returns `forever` for a time at or
+  /// before the epoch too; such a time has long passed, so any time before
+  /// 3 ns after the epoch becomes the earliest wall-clock deadline (3 ns after
+  /// the epoch: a deadline that is already due) instead.
   public static func wallClock(secondsSinceEpoch seconds: Int, nanoseconds: Int = 0) -> Deadline {
-    if seconds < 0 || (seconds == 0 && nanoseconds <= 1) { return wallClock() }
-    return Deadline(rawValue: Libdispatch.walltime(seconds: seconds, nanoseconds: nanoseconds))
+    let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+    if overflow { return seconds < 0 ? .wallClockEarliest : .forever }
+    let (total, overflow2) = scaled.addingReportingOverflow(nanoseconds)
+    if overflow2 { return nanoseconds < 0 ? .wallClockEarliest : .forever }
+    if total < 3 { return .wallClockEarliest }
+    return Deadline(walltime: Libdispatch.walltime(seconds: seconds, nanoseconds: nanoseconds))
   }
 
-  /// Whether `lhs` comes before `rhs`.
-  ///
-  /// Two deadlines on the same clock compare by time, and `forever` comes
-  /// after every other deadline. A monotonic and a wall-clock deadline are
-  /// not comparable in time (the clocks drift apart); they compare by clock
-  /// (every monotonic deadline first), an order that is total and consistent
-  /// but says nothing about which comes first.
+  /// The earliest wall-clock deadline, 3 ns after the epoch: a time that has long passed, one
+  /// step short of `DISPATCH_WALLTIME_NOW` (2 ns), which libdispatch reads as now.
+  @usableFromInline static let wallClockEarliest = Deadline(rawValue: ~2)
+
+  /// A `dispatch_walltime` result, with a time at or past `DISPATCH_TIME_MAX_VALUE` as `forever`:
+  /// libdispatch negates the nanoseconds without checking them, and from 2^62 ns on the result
+  /// has bit 63 without bit 62, which libdispatch reads as its continuous clock.
+  @inlinable
+  init(walltime raw: UInt64) {
+    rawValue = raw > 0 &- Libdispatch.timeMaxValue ? raw : Libdispatch.timeForever
+  }
+
+  /// For a wall-clock deadline, its nanoseconds since the epoch (libdispatch stores them negated).
+  @inlinable
+  var nanosecondsSinceEpoch: UInt64? {
+    guard rawValue >> 62 == 0b11, !isForever, 0 &- rawValue <= Libdispatch.timeMaxValue else { return nil }
+    return 0 &- rawValue
+  }
+
+  /// Whether `lhs` comes before `rhs`: by clock, then by time (see ``Deadline``).
   @inlinable
   public static func < (lhs: Deadline, rhs: Deadline) -> Bool { lhs.order < rhs.order }
 
-  /// The deadline as (clock, time) in an order that sorts as deadlines do. libdispatch on Linux
-  /// stores a monotonic deadline as the nanoseconds of uptime (below 2^63) and a wall-clock one
-  /// negated (at or above 2^63, decreasing as time passes): `~rawValue` undoes the negation.
+  /// The deadline as (clock, time) in an order that sorts as deadlines do, read as libdispatch
+  /// reads it (`_dispatch_time_to_clock_and_value`, src/shims/time.h): bits 63 and 62 `00` are
+  /// nanoseconds of uptime, `11` wall-clock nanoseconds since the epoch negated, `10` the
+  /// continuous clock's nanoseconds with bit 63 set; a value past `DISPATCH_TIME_MAX_VALUE`
+  /// (`01`, or the wall clock's `0xC000_0000_0000_0000`) is past the end of its clock.
   @inlinable
   var order: (clock: UInt8, time: UInt64) {
-    if isForever { return (2, 0) }
-    if Int64(bitPattern: rawValue) < 0 { return (1, ~rawValue) }
-    return (0, rawValue)
+    if isForever { return (4, 0) }
+    if let nanoseconds = nanosecondsSinceEpoch { return (1, nanoseconds) }
+    switch rawValue >> 62 {
+    case 0b00: return (0, rawValue)
+    case 0b10: return (2, rawValue)
+    default: return (3, rawValue)
+    }
   }
 
   /// Whether this is `Deadline.forever`, the deadline that never passes.
@@ -70,20 +115,29 @@ public struct Deadline: Hashable, Comparable, Sendable {
 
   /// The deadline moved by `duration` (clamped). The corresponding C function is `dispatch_time`.
   @inlinable
-  public static func + (lhs: Deadline, rhs: Duration) -> Deadline {
-    Deadline(rawValue: Libdispatch.time(lhs.rawValue, rhs.saturatingNanoseconds))
-  }
+  public static func + (lhs: Deadline, rhs: Duration) -> Deadline { lhs.moved(by: rhs.saturatingNanoseconds) }
 
   /// The deadline moved back by `duration` (clamped).
   @inlinable
   public static func - (lhs: Deadline, rhs: Duration) -> Deadline {
     let nanos = rhs.saturatingNanoseconds
-    return Deadline(rawValue: Libdispatch.time(lhs.rawValue, nanos == .min ? .max : -nanos))
+    return lhs.moved(by: nanos == .min ? .max : -nanos)
   }
 
   /// Moves the deadline by `duration` (clamped).
   @inlinable
   public static func += (lhs: inout Deadline, rhs: Duration) { lhs = lhs + rhs }
+
+  /// `dispatch_time(rawValue, nanoseconds)`, kept on the wall clock: libdispatch saturates a
+  /// wall-clock deadline moved back past its start to `DISPATCH_WALLTIME_NOW` (2 ns), which it
+  /// reads as now, and turns one moved back onto 1 ns into `forever` (`~0`); both become the
+  /// earliest wall-clock deadline.
+  @inlinable
+  func moved(by nanoseconds: Int64) -> Deadline {
+    let moved = Libdispatch.time(rawValue, nanoseconds)
+    if nanoseconds < 0, moved >= Libdispatch.walltimeNow, nanosecondsSinceEpoch != nil { return .wallClockEarliest }
+    return Deadline(rawValue: moved)
+  }
 }
 
 extension Duration {

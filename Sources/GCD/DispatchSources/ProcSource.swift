@@ -90,7 +90,8 @@ public final class ProcSource: Source, @unchecked Sendable {
   ///   never existed, or it has exited and been reaped); `EMFILE` naming
   ///   `pidfd_open` or `epoll_create1` when no descriptor is left; `ENOTSUP` for
   ///   `.fork`, `.exec` and `.signal`, which Linux cannot deliver to an
-  ///   unprivileged process; `EINVAL` for a pid below 1. Bits beside
+  ///   unprivileged process; `EINVAL` for an empty event set (it would never
+  ///   fire) and for a pid below 1. Bits beside
   ///   `ProcEvents`' four stop the process with a message (a programmer
   ///   error, as for `TimerSource.Flags` and `WorkItem.Flags`).
   ///
@@ -102,6 +103,9 @@ public final class ProcSource: Source, @unchecked Sendable {
   /// The corresponding C function is `dispatch_source_create`.
   public init(pid: Int32, events: ProcEvents = .exit, queue: Queue) throws(GCDError) {
     let operation = "ProcSource(pid: \(pid), events: \(events))"
+    guard !events.isEmpty else {
+      throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "no events to watch")
+    }
     requireKnownBits(events, of: .all, operation, "libdispatch knows no such process event")
     let unsupported = events.subtracting(.exit)
     guard unsupported.isEmpty else {

@@ -183,6 +183,11 @@ enum Libdispatch {
 
   /// `DISPATCH_TIME_FOREVER`.
   @usableFromInline static let timeForever: UInt64 = ~0
+  /// `DISPATCH_TIME_MAX_VALUE` (src/shims/time.h): libdispatch's clocks count up to 2^62 − 1 ns; a
+  /// result at or past it is `DISPATCH_TIME_FOREVER`.
+  @usableFromInline static let timeMaxValue: UInt64 = 1 << 62 - 1
+  /// `DISPATCH_WALLTIME_NOW` (`~1`): the current wall-clock time, read when libdispatch uses it.
+  @usableFromInline static let walltimeNow: UInt64 = ~1
   @inlinable static func time(_ base: UInt64, _ delta: Int64) -> UInt64 { dispatch_time(base, delta) }
   /// `dispatch_walltime(NULL, delta)`: now on the wall clock.
   @inlinable static func walltime(_ delta: Int64) -> UInt64 { dispatch_walltime(nil, delta) }
