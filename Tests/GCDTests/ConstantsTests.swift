@@ -110,7 +110,7 @@ struct ConstantsTests {
   func signalNumbers() {
     let expected: [(Int32, String)] = [
       (SIGKILL, "SIGKILL"), (SIGSTOP, "SIGSTOP"), (SIGSEGV, "SIGSEGV"), (SIGBUS, "SIGBUS"), (SIGILL, "SIGILL"),
-      (SIGFPE, "SIGFPE"),
+      (SIGFPE, "SIGFPE"), (SIGTRAP, "SIGTRAP"), (SIGSYS, "SIGSYS"), (SIGPIPE, "SIGPIPE"), (SIGPROF, "SIGPROF"),
     ]
     #expect(unobservableSignals.map(\.number) == expected.map(\.0))
     #expect(unobservableSignals.map(\.name) == expected.map(\.1))

@@ -1,4 +1,5 @@
 import GCD
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -153,5 +154,68 @@ enum QueuePlacement: CaseIterable, CustomStringConvertible {
     case .inactive: queue.activate()
     case .own: break
     }
+  }
+}
+
+extension RegistrationTests {
+  /// The registration window, raced: a `cancel()` or a `setTarget(_:)` from another thread while a
+  /// sequence's source still targets the package's registration queue. Interleavings: the cancel
+  /// lands before the registration block (the cancel block then ends the wait and must send the
+  /// user's cancel handler on to the user's queue), between the block and the new target taking
+  /// effect (the cancel block runs on the registration queue: the same), or after; the setTarget
+  /// lands inside the window (only recorded, applied at the window's end) or after it. Each round
+  /// checks: `makeEvents()` returned, the cancel handler ran once and on the queue the source
+  /// ended on, the registration handler (if it ran) on a queue of the source's, never elsewhere.
+  @Test("cancel() and setTarget(_:) racing a sequence's registration: handlers only ever on the source's queues")
+  func racingTheWindow() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      blocking { raceRegistrationWindow(rounds: runningUnderSanitizer ? 300 : 3_000) }
+      endChild("ok")
+    }
+  }
+}
+
+@available(*, noasync, message: "blocks the thread")
+private func raceRegistrationWindow(rounds: Int) {
+  let racer = Queue(label: "registration.racer")
+  for round in 0..<rounds {
+    let first = Queue(label: "registration.first")
+    let second = Queue(label: "registration.second")
+    let source = DataAddSource(queue: first)
+    let cancelRuns = Atomic(0)
+    let cancelledRight = Event()
+    let registrationWrong = Atomic(false)
+    let retargets = round.isMultiple(of: 2)
+    source.setRegistrationHandler {
+      if !first.isCurrent && !second.isCurrent { registrationWrong.store(true, ordering: .relaxed) }
+    }
+    source.setCancelHandler {
+      cancelRuns.add(1, ordering: .relaxed)
+      if (retargets ? second : first).isCurrent { cancelledRight.signal() }
+    }
+    let go = Atomic(false)
+    let raced = Group()
+    raced.async(on: racer) {
+      while !go.load(ordering: .acquiring) {}
+      if retargets {
+        source.setTarget(second)
+        source.cancel()
+      } else {
+        source.cancel()
+      }
+    }
+    go.store(true, ordering: .releasing)
+    let events = source.makeEvents()
+    childCheck(raced.wait(timeout: generousTimeout), "round \(round): the racer did not finish")
+    childCheck(cancelledRight.wait(), "round \(round): the cancel handler did not run on the source's queue")
+    // The handler ran once: wait for anything queued behind it on both queues, then count.
+    first.sync {}
+    second.sync {}
+    childCheck(
+      cancelRuns.load(ordering: .relaxed) == 1, "round \(round): \(cancelRuns.load(ordering: .relaxed)) cancel runs")
+    childCheck(!registrationWrong.load(ordering: .relaxed), "round \(round): the registration handler ran elsewhere")
+    childCheck(source.queue === (retargets ? second : first), "round \(round): the source's queue")
+    withExtendedLifetime(events) {}
   }
 }
