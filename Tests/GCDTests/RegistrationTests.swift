@@ -158,8 +158,30 @@ enum QueuePlacement: CaseIterable, CustomStringConvertible {
 }
 
 extension RegistrationTests {
+  @Test(
+    "a signal source on the default global queue stays on the registration queue; its handlers run on the global queue")
+  func defaultGlobalQueue() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      let global = Queue.global()
+      let source = try SignalSource(signal: SIGUSR1, queue: global)
+      let registered = Event()
+      let cancelled = Event()
+      source.setRegistrationHandler { if global.isCurrent { registered.signal() } }
+      source.setCancelHandler { if global.isCurrent { cancelled.signal() } }
+      let events = source.makeEvents()
+      kill(getpid(), SIGUSR1)
+      let count = try await first(of: events)
+      childCheck(count == 1, "\(String(describing: count)) deliveries")
+      childCheck(blocking { registered.wait() }, "the registration handler did not run on the global queue")
+      childCheck(blocking { cancelled.wait() }, "the cancel handler did not run on the global queue")
+      childCheck(source.queue === global, "the source's queue")
+      endChild("ok")
+    }
+  }
+
   /// The registration window, raced: a `cancel()` or a `setTarget(_:)` from another thread while a
-  /// sequence's source still targets the package's registration queue. Interleavings: the cancel
+  /// signal sequence's source still targets the package's registration queue. Interleavings: the cancel
   /// lands before the registration block (the cancel block then ends the wait and must send the
   /// user's cancel handler on to the user's queue), between the block and the new target taking
   /// effect (the cancel block runs on the registration queue: the same), or after; the setTarget
@@ -182,7 +204,8 @@ private func raceRegistrationWindow(rounds: Int) {
   for round in 0..<rounds {
     let first = Queue(label: "registration.first")
     let second = Queue(label: "registration.second")
-    let source = DataAddSource(queue: first)
+    // SIGURG is ignored by default: a stray one ends nothing.
+    let source = try! SignalSource(signal: SIGURG, queue: first)
     let cancelRuns = Atomic(0)
     let cancelledRight = Event()
     let registrationWrong = Atomic(false)

@@ -110,6 +110,9 @@ public final class SignalSource: Source, @unchecked Sendable {
     super.init(created: try Source.create(.signal, handle: UInt(signal), queue: queue), queue: queue)
   }
 
+  /// A signal delivered before the source registers takes its disposition: the sequence waits.
+  override var losesEventsBeforeRegistration: Bool { true }
+
   /// The number of deliveries merged into the event being handled (`data`).
   public var count: UInt { data }
 

@@ -1,6 +1,7 @@
-/// Where sources register when a sequence starts them: a serial queue of the package's own, so that
-/// making a sequence returns once the kernel watches, whatever the user's queue is doing
-/// (suspended, inactive, held by the caller).
+/// Where signal sources register when a sequence starts them (`makeEvents()`, `sequence(of:)`,
+/// `withSignals`): a serial queue of the package's own, so that making the sequence returns once
+/// the kernel watches, whatever the user's queue is doing (suspended, inactive, held by the caller).
+/// Only a signal needs the wait (`Source.losesEventsBeforeRegistration`).
 ///
 /// libdispatch installs a source on its manager thread, then runs the registration handler on the
 /// source's target queue: the only part of a registration that needs a queue. A source started here
@@ -66,11 +67,15 @@ extension Source {
 
   /// The registration window closes: the source's C target becomes its recorded queue again (the
   /// user's, or the last `setTarget(_:)`'s). Called once, by the registration hook. libdispatch
-  /// applies a new target of a source it is running at the end of the current handler call.
+  /// applies a new target of a source it is running at the end of the current handler call, and
+  /// counts it as deprecated use (it logs it once per process, and stops one run with
+  /// `LIBDISPATCH_STRICT=1`): a source whose queue is the default global queue stays on the
+  /// registration queue instead, which is equivalent for it (a serial queue of the default QoS that
+  /// runs only the package's handlers; the user's are sent on to the global queue).
   final func endRegistration() {
     shared.withLock { shared in
       shared.registering = false
-      Libdispatch.set_target_queue(raw, shared.target.raw)
+      if shared.target !== Queue.global() { Libdispatch.set_target_queue(raw, shared.target.raw) }
     }
   }
 }

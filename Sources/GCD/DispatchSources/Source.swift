@@ -267,6 +267,13 @@ public class Source: GCDObject, @unchecked Sendable {
     handlers.setRegistration(handler: .function(function))
   }
 
+  /// Whether an event that happens between the start and the registration is lost: true for a
+  /// signal (delivered before libdispatch's handler and signalfd exist, it takes its disposition).
+  /// For every other source it waits: a descriptor stays ready (epoll reports it when added), a
+  /// timer's deadline is absolute, a data source merges before it is installed, and the package's
+  /// own watchers (inotify, pidfd, pressure) start in `onActivate`, before the C source.
+  var losesEventsBeforeRegistration: Bool { false }
+
   /// The handlers box, made on first use.
   final var handlers: SourceHandlers {
     shared.withLock { shared in

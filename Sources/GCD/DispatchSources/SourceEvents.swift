@@ -6,21 +6,24 @@ import Synchronization
 /// `ProcEvents` and `FileSystemEvents`).
 ///
 /// Making the sequence (`makeEvents()`) starts the source: it installs the
-/// sequence as the source's event handler, starts the source (it must not
-/// have been started: the sequence is how it is started) and returns once
-/// the source is registered — the kernel watches — so no event after that
-/// point is lost, also before the first `next()`: `let seq =
+/// sequence as the source's event handler and starts the source (it must
+/// not have been started: the sequence is how it is started). No event
+/// after that point is lost, also before the first `next()`: `let seq =
 /// source.makeEvents()` in one place and `for try await value in seq` in a
 /// child task later sees a signal sent between the two.
 ///
-/// Registration never waits for the source's queue: the source registers
-/// on a queue of the package's own and is then pointed at its queue, so
-/// making the sequence returns in microseconds also when that queue is
-/// suspended, inactive, busy, or the one the caller runs on (the events
-/// then wait in the source until the queue runs). The source's
-/// registration and cancel handlers, if you set them, run on the source's
-/// queue, as always; the registration handler may run after `makeEvents()`
-/// returns.
+/// Making it never waits for the source's queue, which may be suspended,
+/// inactive, busy, or the one the caller runs on (the events then wait in
+/// the source until the queue runs). A `SignalSource`'s sequence returns
+/// once the kernel watches the signal (microseconds): a signal sent before
+/// would be lost, and libdispatch runs the registration on the source's
+/// queue, so the source registers on a queue of the package's own and is
+/// then pointed at its queue. Every other source returns at once: what
+/// happens before it registers waits for it (a descriptor stays ready, a
+/// timer's deadline is absolute, a data source merges, the package's
+/// watchers have started). The source's registration and cancel handlers,
+/// if you set them, run on the source's queue, as always; the registration
+/// handler may run after `makeEvents()` returns.
 ///
 /// Back-pressure is the source's own merging: while no one takes an
 /// element (before the first `next()`, or while the consumer is busy) the
@@ -185,9 +188,10 @@ final class EventsStorage<Element: Sendable>: Sendable {
     }
   }
 
-  /// Claims the start of the source, installs the handlers, starts it and
-  /// waits for its registration, which never waits for the source's queue
-  /// (`Source.startRegistered`); unless it was started (or suspended)
+  /// Claims the start of the source, installs the handlers and starts it,
+  /// waiting for its registration (which never waits for the source's
+  /// queue: `Source.startRegistered`) only where an event sent before it
+  /// would be lost: a signal's; unless it was started (or suspended)
   /// already: then `EBUSY` for the first `next()`, or the end for a
   /// cancelled source. The claim and the check are one atomic step, so of
   /// two sequences, or a sequence and a `resume()`, exactly one starts the
@@ -214,7 +218,14 @@ final class EventsStorage<Element: Sendable>: Sendable {
     // `cancel()` leaves the start to this call.
     source.setEventHandler { [self] in received(source.data) }
     source.handlers.setCancelHook { [self] in finish() }
-    Source.startRegistered([source])
+    if source.losesEventsBeforeRegistration {
+      Source.startRegistered([source])
+    } else {
+      // What arrives before the source registers waits for it (see `losesEventsBeforeRegistration`):
+      // no wait, and the source registers on its own queue, as any source does.
+      source.onActivate?()
+      Libdispatch.activate(source.raw)
+    }
   }
 
   /// Makes the one iterator; false for a second one.

@@ -96,8 +96,9 @@ final class SourceHandlers: Sendable {
       })
   }
 
-  /// Runs `body` here, or, when libdispatch runs this block on `Registration.queue` (the source was
-  /// cancelled, or its registration handler set, before its new target took effect), on the
+  /// Runs `body` here, or, when libdispatch runs this block on `Registration.queue` (a signal
+  /// source's registration handler; its cancel handler before its new target took effect, or when
+  /// it stays there, its queue being the default global queue), on the
   /// source's queue, with the C source kept until it has run.
   func onTarget(_ body: @escaping @Sendable () -> Void) {
     guard Registration.isCurrent else { return body() }

@@ -10,7 +10,8 @@ import Synchronization
 /// Starts `path` with `arguments`; standard input from `stdin` and standard
 /// output to `stdout` if given, otherwise /dev/null, like standard error.
 func spawnProcess(
-  _ path: String, _ arguments: [String] = [], stdin: Int32? = nil, stdout: Int32? = nil
+  _ path: String, _ arguments: [String] = [], stdin: Int32? = nil, stdout: Int32? = nil,
+  environment: [String] = []
 ) throws -> pid_t {
   var actions = posix_spawn_file_actions_t()
   posix_spawn_file_actions_init(&actions)
@@ -42,8 +43,18 @@ func spawnProcess(
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0)
   let argv = ([path] + arguments).map { strdup($0) } + [nil]
   defer { argv.forEach { free($0) } }
+  // The test process's environment, then `environment`'s additions ("NAME=value").
+  var inherited: [UnsafeMutablePointer<CChar>?] = []
+  var entry = environ
+  while let variable = entry.pointee {
+    inherited.append(variable)
+    entry += 1
+  }
+  let added = environment.map { strdup($0) }
+  defer { added.forEach { free($0) } }
+  var envp = inherited + added + [nil]
   var pid: pid_t = 0
-  let status = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+  let status = posix_spawn(&pid, path, &actions, &attributes, argv, &envp)
   guard status == 0 else { throw GCDError(operation: "posix_spawn(\(path))", errno: status) }
   return pid
 }
