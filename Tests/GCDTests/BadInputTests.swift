@@ -131,6 +131,15 @@ private func tryEveryBadArgument() -> Never {
     BadCall("SignalSource(signal: 65)", EINVAL, names: "not a signal number") {
       _ = try SignalSource(signal: 65, queue: queue)
     },
+    BadCall("SignalSource(signal: 32)", EINVAL, names: "the C library's own (glibc: SIGCANCEL 32, SIGSETXID 33") {
+      _ = try SignalSource(signal: 32, queue: queue)
+    },
+    BadCall("SignalSource(signal: \(SIGPIPE))", EINVAL, names: "SIGPIPE is one libdispatch never blocks") {
+      _ = try SignalSource(signal: SIGPIPE, queue: queue)
+    },
+    BadCall("SignalSource.sequence(of: [\(SIGTERM), 33])", EINVAL, names: "signal 33 is the C library's own") {
+      _ = try SignalSource.sequence(of: [SIGTERM, 33], queue: queue)
+    },
   ]
   for bad in calls {
     do {

@@ -58,13 +58,16 @@ struct RegistrationTests {
     }
   }
 
-  @Test("DataAddSource.makeEvents() and TimerSource.makeEvents() on each placement; handlers on the user's queue")
+  @Test("DataAddSource, TimerSource and ReadSource makeEvents() on each placement; handlers on the user's queue")
   func dataAndTimerEvents() async {
     await #expect(processExitsWith: .success) {
       bound()
       for placement in QueuePlacement.allCases {
         let queue = placement.makeQueue()
         let data = DataAddSource(queue: queue)
+        var ends: [Int32] = [-1, -1]
+        childCheck(pipe(&ends) == 0, "pipe")
+        let read = try ReadSource(fileDescriptor: ends[0], queue: queue)
         let timer = TimerSource(queue: queue)
         timer.schedule(start: .now)
         let cancelledOnQueue = Event()
@@ -75,11 +78,19 @@ struct RegistrationTests {
           data.merge(3)
           return (events, timer.makeEvents())
         }
+        let readEvents = placement.make(on: queue) {
+          let events = read.makeEvents()
+          _ = write(ends[1], "ab", 2)
+          return events
+        }
         placement.start(queue)
         let sum = try await first(of: dataEvents)
         childCheck(sum == 3, "\(placement): data \(String(describing: sum))")
         let fires = try await first(of: timerEvents) ?? 0
         childCheck(fires >= 1, "\(placement): timer \(fires)")
+        let available = try await first(of: readEvents)
+        childCheck(available == 2, "\(placement): read \(String(describing: available))")
+        close(ends[1])
         childCheck(
           blocking { cancelledOnQueue.wait() }, "\(placement): the timer's cancel handler did not run on its queue")
       }
