@@ -37,38 +37,30 @@ extension SignalSource {
     _ signals: [Int32], queue: Queue = .global(), isolation: isolated (any Actor)? = #isolation,
     _ body: (Signals) async throws -> R
   ) async throws -> R {
-    let unique = try validated(signals, operation: "SignalSource.withSignals(\(signals))")
-    let storage = SignalsStorage()
-    let sources = try unique.map { signal throws(GCDError) in try SignalSource(signal: signal, queue: queue) }
     let cancelled = Group()
-    for source in sources {
-      cancelled.enter()
-      let signal = source.signal
-      source.setEventHandler { [unowned source] in storage.delivered(signal, count: source.count) }
-      source.setCancelHandler { cancelled.leave() }
-      _ = source.claimStart()
-    }
-    defer { withExtendedLifetime(sources) {} }
     // Every source is watching before the body runs (microseconds: the registration runs on the
     // package's queue and libdispatch's manager thread, never on a cooperative thread).
-    startRegistered(sources)
-    if sources.isEmpty { storage.finish() }
+    let deliveries = try SignalDeliveries.start(
+      signals, counting: .eachDelivery, queue: queue, operation: "SignalSource.withSignals(\(signals))"
+    ) { source in
+      cancelled.enter()
+      source.setCancelHandler { cancelled.leave() }
+    }
     do {
-      let result = try await body(Signals(storage: storage))
-      await end(sources, storage, cancelled)
+      let result = try await body(Signals(storage: deliveries))
+      await end(deliveries, cancelled)
       return result
     } catch {
-      await end(sources, storage, cancelled)
+      await end(deliveries, cancelled)
       throw error
     }
   }
 
-  /// Cancels the sources and waits for their cancel handlers (from an
-  /// unstructured task, which a cancellation of this one does not reach).
-  private static func end(_ sources: [SignalSource], _ storage: SignalsStorage, _ cancelled: Group) async {
-    for source in sources { source.cancel() }
+  /// Ends the deliveries (cancelling the sources) and waits for the sources' cancel handlers (from
+  /// an unstructured task, which a cancellation of this one does not reach).
+  private static func end(_ deliveries: SignalDeliveries, _ cancelled: Group) async {
+    deliveries.terminate()
     await Task { try? await cancelled.wait() }.value
-    storage.finish()
   }
 
   /// The deliveries of the signals of `withSignals`, one element (the
@@ -78,7 +70,7 @@ extension SignalSource {
   public struct Signals: AsyncSequence, Sendable {
     /// It never throws.
     public typealias Failure = Never
-    let storage: SignalsStorage
+    let storage: SignalDeliveries
 
     /// An iterator; every iterator shares the one stream of deliveries.
     public func makeAsyncIterator() -> Iterator { Iterator(storage: storage) }
@@ -87,7 +79,7 @@ extension SignalSource {
     ///
     /// `Sendable`: its state is in a class behind a mutex.
     public struct Iterator: AsyncIteratorProtocol, Sendable {
-      let storage: SignalsStorage
+      let storage: SignalDeliveries
 
       /// The next delivered signal, or nil once the scope ended or the task is cancelled.
       public mutating func next() async -> Int32? { await storage.next() }
@@ -97,82 +89,6 @@ extension SignalSource {
       /// - Parameter actor: The caller's isolation.
       public mutating func next(isolation actor: isolated (any Actor)?) async -> Int32? { await storage.next() }
     }
-  }
-}
-
-/// Pending deliveries per signal (bounded: one counter per signal) and the
-/// waiting consumer, under a lock; continuations resumed outside it.
-final class SignalsStorage: Sendable {
-  struct State {
-    var pending: [(signal: Int32, count: UInt)] = []
-    var consumer: UnsafeContinuation<Int32?, Never>?
-    var finished = false
-  }
-
-  let state = Mutex(State())
-
-  func delivered(_ signal: Int32, count: UInt) {
-    let consumer: UnsafeContinuation<Int32?, Never>? = state.withLock { state in
-      if state.finished { return nil }
-      var count = count
-      if let consumer = state.consumer {
-        state.consumer = nil
-        count -= 1
-        if count > 0 { state.add(signal, count) }
-        return consumer
-      }
-      state.add(signal, count)
-      return nil
-    }
-    consumer?.resume(returning: signal)
-  }
-
-  func next() async -> Int32? {
-    await withTaskCancellationHandler {
-      await withUnsafeContinuation { (consumer: UnsafeContinuation<Int32?, Never>) in
-        let ready: Int32?? = state.withLock { state in
-          if let signal = state.take() { return .some(signal) }
-          if state.finished || Task.isCancelled { return .some(nil) }
-          state.consumer = consumer
-          return nil
-        }
-        if let ready { consumer.resume(returning: ready) }
-      }
-    } onCancel: {
-      let consumer = state.withLock { state in
-        defer { state.consumer = nil }
-        return state.consumer
-      }
-      consumer?.resume(returning: nil)
-    }
-  }
-
-  func finish() {
-    let consumer = state.withLock { state in
-      state.finished = true
-      state.pending = []
-      defer { state.consumer = nil }
-      return state.consumer
-    }
-    consumer?.resume(returning: nil)
-  }
-}
-
-extension SignalsStorage.State {
-  mutating func add(_ signal: Int32, _ count: UInt) {
-    if let index = pending.firstIndex(where: { $0.signal == signal }) {
-      pending[index].count += count
-    } else {
-      pending.append((signal, count))
-    }
-  }
-
-  mutating func take() -> Int32? {
-    guard !pending.isEmpty else { return nil }
-    let signal = pending[0].signal
-    pending[0].count -= 1
-    if pending[0].count == 0 { pending.removeFirst() }
-    return signal
   }
 }
 
@@ -216,18 +132,9 @@ extension SignalSource {
   /// - Throws: `GCDError` with `EINVAL` for a signal that cannot be
   ///   observed (no source is created then).
   public static func sequence(of signals: [Int32], queue: Queue = .global()) throws(GCDError) -> SignalSequence {
-    let unique = try validated(signals, operation: "SignalSource.sequence(of: \(signals))")
-    let sources = try unique.map { signal throws(GCDError) in try SignalSource(signal: signal, queue: queue) }
-    let storage = SignalSequenceStorage(sources: sources)
-    for source in sources {
-      let signal = source.signal
-      // The handlers hold the storage, never a source (the storage does).
-      source.setEventHandler { (_: UInt) in storage.delivered(signal) }
-      _ = source.claimStart()
-    }
-    startRegistered(sources)
-    if sources.isEmpty { storage.terminate() }
-    return SignalSequence(owner: SignalSequenceOwner(storage: storage))
+    let deliveries = try SignalDeliveries.start(
+      signals, counting: .eachEvent, queue: queue, operation: "SignalSource.sequence(of: \(signals))")
+    return SignalSequence(owner: SignalSequenceOwner(storage: deliveries))
   }
 
   /// The deliveries of `sequence(of:)`: one signal number per event of a
@@ -282,46 +189,98 @@ extension SignalSource {
 
 /// Held by the sequence: dropping one that made no iterator ends it.
 final class SignalSequenceOwner: Sendable {
-  let storage: SignalSequenceStorage
-  init(storage: SignalSequenceStorage) { self.storage = storage }
+  let storage: SignalDeliveries
+  init(storage: SignalDeliveries) { self.storage = storage }
   deinit { storage.sequenceDropped() }
 }
 
 /// Held by the iterator only: its end is the end of the loop.
 final class SignalSequenceToken: Sendable {
-  let storage: SignalSequenceStorage
-  init(storage: SignalSequenceStorage) { self.storage = storage }
+  let storage: SignalDeliveries
+  init(storage: SignalDeliveries) { self.storage = storage }
   deinit { storage.terminate() }
 }
 
-/// The signals pending (each at most once, in arrival order) and the
-/// waiting consumer, under a lock; continuations resumed outside it;
-/// the end (cancelling the sources) happens once.
-final class SignalSequenceStorage: Sendable {
+// MARK: The deliveries, for both
+
+/// The deliveries of a set of signal sources to their consumer: the signals pending, in arrival
+/// order, each once with a count, and the waiting consumer, under a lock; continuations resumed
+/// outside it; the end (cancelling the sources) happens once. `withSignals` counts every delivery
+/// (`.eachDelivery`: one element per delivery, a counter per signal) and its iterators share the
+/// stream; `sequence(of:)` keeps one pending flag per signal (`.eachEvent`: one element per event
+/// of a source, as the kernel merges a standard signal while it is pending) and has one iterator,
+/// whose task's cancellation ends the sequence.
+final class SignalDeliveries: Sendable {
+  enum Counting {
+    /// `withSignals`: one element per delivery; a task's cancellation ends only its `next()`.
+    case eachDelivery
+    /// `sequence(of:)`: one element per source event; a task's cancellation ends the sequence.
+    case eachEvent
+  }
+
   struct State {
+    /// The signals pending, in the order they arrived, each once.
     var pending: [Int32] = []
+    /// The elements each pending signal still owes (`.eachEvent`: always 1).
+    var counts: [UInt] = []
     var consumer: UnsafeContinuation<Int32?, Never>?
     var finished = false
     var iterated = false
   }
 
-  /// Cancelled at the end; a cancelled source's handlers are freed, which
-  /// releases their hold on this storage.
+  /// Cancelled at the end; a cancelled source's handlers are freed, which releases their hold on
+  /// this storage.
   let sources: [SignalSource]
+  let counting: Counting
   let state = Mutex(State())
 
-  init(sources: [SignalSource]) { self.sources = sources }
+  init(sources: [SignalSource], counting: Counting) {
+    self.sources = sources
+    self.counting = counting
+  }
 
-  /// An event of `signal`'s source (on its queue).
-  func delivered(_ signal: Int32) {
+  /// One source per signal of `signals` (validated: `EINVAL` naming `operation`; repeats count
+  /// once) on `queue`, each prepared by `prepare` and started, registered when this returns (an
+  /// empty list: ended at once).
+  static func start(
+    _ signals: [Int32], counting: Counting, queue: Queue, operation: @autoclosure () -> String,
+    prepare: (SignalSource) -> Void = { _ in }
+  ) throws(GCDError) -> SignalDeliveries {
+    let unique = try SignalSource.validated(signals, operation: operation())
+    let sources = try unique.map { signal throws(GCDError) in try SignalSource(signal: signal, queue: queue) }
+    let deliveries = SignalDeliveries(sources: sources, counting: counting)
+    for source in sources {
+      let signal = source.signal
+      // The handlers hold the storage, never a source (the storage does).
+      source.setEventHandler { (count: UInt) in deliveries.delivered(signal, count: count) }
+      prepare(source)
+      _ = source.claimStart()
+    }
+    Source.startRegistered(sources)
+    if sources.isEmpty { deliveries.terminate() }
+    return deliveries
+  }
+
+  /// An event of `signal`'s source (on its queue), merging `count` deliveries.
+  func delivered(_ signal: Int32, count: UInt) {
+    let owed = counting == .eachDelivery ? count : 1
     let consumer: UnsafeContinuation<Int32?, Never>? = state.withLock { state in
-      if state.finished { return nil }
-      if let consumer = state.consumer {
+      if state.finished || owed == 0 { return nil }
+      var rest = owed
+      let consumer = state.consumer
+      if consumer != nil {
         state.consumer = nil
-        return consumer
+        rest -= 1
       }
-      if !state.pending.contains(signal) { state.pending.append(signal) }
-      return nil
+      if rest > 0 {
+        if let index = state.pending.firstIndex(of: signal) {
+          if counting == .eachDelivery { state.counts[index] += rest }
+        } else {
+          state.pending.append(signal)
+          state.counts.append(rest)
+        }
+      }
+      return consumer
     }
     consumer?.resume(returning: signal)
   }
@@ -330,19 +289,34 @@ final class SignalSequenceStorage: Sendable {
     await withTaskCancellationHandler {
       await withUnsafeContinuation { (consumer: UnsafeContinuation<Int32?, Never>) in
         let ready: Int32?? = state.withLock { state in
-          if !state.pending.isEmpty { return .some(state.pending.removeFirst()) }
-          if state.finished { return .some(nil) }
+          if let signal = state.pending.first {
+            state.counts[0] -= 1
+            if state.counts[0] == 0 {
+              state.pending.removeFirst()
+              state.counts.removeFirst()
+            }
+            return .some(signal)
+          }
+          if state.finished || (counting == .eachDelivery && Task.isCancelled) { return .some(nil) }
           state.consumer = consumer
           return nil
         }
         if let ready { consumer.resume(returning: ready) }
       }
     } onCancel: {
-      terminate()
+      switch counting {
+      case .eachEvent: terminate()
+      case .eachDelivery:
+        let consumer = state.withLock { state in
+          defer { state.consumer = nil }
+          return state.consumer
+        }
+        consumer?.resume(returning: nil)
+      }
     }
   }
 
-  /// Makes the one iterator; false for a second one.
+  /// Makes the one iterator of `sequence(of:)`; false for a second one.
   func claimIterator() -> Bool {
     state.withLock { state in
       defer { state.iterated = true }
@@ -355,12 +329,13 @@ final class SignalSequenceStorage: Sendable {
     if state.withLock({ !$0.iterated }) { terminate() }
   }
 
-  /// Ends the sequence and cancels the sources, once.
+  /// Ends the deliveries and cancels the sources, once.
   func terminate() {
     let (consumer, ends): (UnsafeContinuation<Int32?, Never>?, Bool) = state.withLock { state in
       if state.finished { return (nil, false) }
       state.finished = true
       state.pending = []
+      state.counts = []
       defer { state.consumer = nil }
       return (state.consumer, true)
     }
