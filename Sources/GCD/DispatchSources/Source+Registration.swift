@@ -54,6 +54,7 @@ extension Source {
     for source in sources {
       registered.enter()
       source.shared.withLock { $0.registering = true }
+      source.handlers.startsRegistered.store(true, ordering: .relaxed)
       Libdispatch.set_target_queue(source.raw, Registration.queue.raw)
       source.handlers.setRegistration(hook: { [source] in
         source.endRegistration()

@@ -26,6 +26,10 @@ final class SourceHandlers: Sendable {
   /// Whether `ownedCleanup` runs before the user's cancel handler: work that needs the user's
   /// descriptor still open (a nest's `EPOLL_CTL_DEL`), which the user closes in that handler.
   let cleanupFirst: Bool
+  /// Set by `Source.startRegistered` before it activates the source: only then can libdispatch run
+  /// a handler block on `Registration.queue`, so only then does a block ask where it runs. Relaxed:
+  /// stored before `dispatch_activate`, whose release the callouts' invoke acquires.
+  let startsRegistered = Atomic(false)
 
   init(raw: OpaquePointer, target: Queue, ownedCleanup: (@Sendable () -> Void)?, cleanupFirst: Bool = false) {
     self.raw = raw
@@ -68,40 +72,45 @@ final class SourceHandlers: Sendable {
 
   /// The one cancel handler libdispatch sees: the user's, then the owner's cleanup.
   func installCancelBlock() {
-    let run: @Sendable () -> Void = { [self] in
-      if cleanupFirst { ownedCleanup?() }
-      call(
-        cancel.withLock { cancel in
-          defer { cancel.handler = .none }
-          return cancel.handler
-        })
-      cancelHook.withLock { hook in
-        defer { hook = nil }
-        return hook
-      }?()
-      if !cleanupFirst { ownedCleanup?() }
-    }
-    Libdispatch.source_set_cancel_handler(
-      raw,
-      block { [self] in
-        // A registration that never ran (the source was cancelled first): its hook ends the start's
-        // wait, and neither closure may stay here (libdispatch frees the C block, not the closures,
-        // and a hook holds the source). Taken outside the lock, before the rest.
-        let registration = registration.withLock { registration in
-          defer { (registration.handler, registration.hook) = (.none, nil) }
-          return registration
-        }
-        registration.hook?()
-        onTarget(run)
-      })
+    Libdispatch.source_set_cancel_handler(raw, block { [self] in cancelCallout() })
   }
 
-  /// Runs `body` here, or, when libdispatch runs this block on `Registration.queue` (a signal
-  /// source's registration handler; its cancel handler before its new target took effect, or when
-  /// it stays there, its queue being the default global queue), on the
-  /// source's queue, with the C source kept until it has run.
-  func onTarget(_ body: @escaping @Sendable () -> Void) {
-    guard Registration.isCurrent else { return body() }
+  /// The cancel block's work. A registration that never ran (the source was cancelled first): its
+  /// hook ends the start's wait, and neither closure may stay here (libdispatch frees the C block,
+  /// not the closures, and a hook holds the source); taken outside the lock, before the rest.
+  func cancelCallout() {
+    let registration = registration.withLock { registration in
+      defer { (registration.handler, registration.hook) = (.none, nil) }
+      return registration
+    }
+    registration.hook?()
+    if onRegistrationQueue { sendToTarget { [self] in cancelHandlers() } } else { cancelHandlers() }
+  }
+
+  /// The user's cancel handler, then the package's hook and cleanup (the cleanup first when
+  /// `cleanupFirst`).
+  func cancelHandlers() {
+    if cleanupFirst { ownedCleanup?() }
+    call(
+      cancel.withLock { cancel in
+        defer { cancel.handler = .none }
+        return cancel.handler
+      })
+    cancelHook.withLock { hook in
+      defer { hook = nil }
+      return hook
+    }?()
+    if !cleanupFirst { ownedCleanup?() }
+  }
+
+  /// Whether libdispatch runs this handler block on `Registration.queue`: a signal source's
+  /// registration handler, its cancel handler before its new target took effect, or any handler
+  /// when it stays there (its queue being the default global queue). The user's part then goes to
+  /// the source's queue (`sendToTarget`).
+  var onRegistrationQueue: Bool { startsRegistered.load(ordering: .relaxed) && Registration.isCurrent }
+
+  /// Runs `body` on the source's queue, inside its frame, with the C source kept until it has run.
+  func sendToTarget(_ body: @escaping @Sendable () -> Void) {
     Libdispatch.retain(raw)
     let target = OpaquePointer(bitPattern: target.load(ordering: .relaxed) & ~frameExclusive).unsafelyUnwrapped
     Libdispatch.async_block(
@@ -152,7 +161,7 @@ final class SourceHandlers: Sendable {
         }
         hook?()
         if case .none = handler { return }
-        onTarget { [self] in call(handler) }
+        if onRegistrationQueue { sendToTarget { [self] in call(handler) } } else { call(handler) }
       })
   }
 }
