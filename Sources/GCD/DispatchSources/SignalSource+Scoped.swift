@@ -218,7 +218,7 @@ final class SignalDeliveries: Sendable {
     case eachEvent
   }
 
-  struct State {
+  struct State: OneIteratorState {
     /// The signals pending, in the order they arrived, each once.
     var pending: [Int32] = []
     /// The elements each pending signal still owes (`.eachEvent`: always 1).
@@ -317,16 +317,11 @@ final class SignalDeliveries: Sendable {
   }
 
   /// Makes the one iterator of `sequence(of:)`; false for a second one.
-  func claimIterator() -> Bool {
-    state.withLock { state in
-      defer { state.iterated = true }
-      return !state.iterated
-    }
-  }
+  func claimIterator() -> Bool { state.claimIterator() }
 
   /// The sequence was dropped: ends it if it made no iterator.
   func sequenceDropped() {
-    if state.withLock({ !$0.iterated }) { terminate() }
+    if !state.isIterated { terminate() }
   }
 
   /// Ends the deliveries and cancels the sources, once.

@@ -123,7 +123,7 @@ final class EventsToken<Element: Sendable>: Sendable {
 final class EventsStorage<Element: Sendable>: Sendable {
   typealias Consumer = UnsafeContinuation<Result<Element?, GCDError>, Never>
 
-  struct State {
+  struct State: OneIteratorState {
     /// Cancelled, the loop ended, or the start failed.
     var finished = false
     /// This sequence started the source (so its end cancels it).
@@ -229,16 +229,11 @@ final class EventsStorage<Element: Sendable>: Sendable {
   }
 
   /// Makes the one iterator; false for a second one.
-  func claimIterator() -> Bool {
-    state.withLock { state in
-      defer { state.iterated = true }
-      return !state.iterated
-    }
-  }
+  func claimIterator() -> Bool { state.claimIterator() }
 
   /// The sequence was dropped: ends it if it made no iterator.
   func sequenceDropped() {
-    if state.withLock({ !$0.iterated }) { terminate() }
+    if !state.isIterated { terminate() }
   }
 
   /// An event (on the source's queue).
