@@ -1,7 +1,7 @@
 import Synchronization
 
 /// What a source's handler blocks share: the target queue (read by every
-/// handler call, for its frame) and the cancel handler. Held by the blocks
+/// handler call, for its frame) and the hooks they run, behind one lock. Held by the blocks
 /// and by the source, never by the C source alone: a source whose handlers
 /// are set is still released when its last reference goes (no cycle).
 final class SourceHandlers: Sendable {
@@ -13,13 +13,24 @@ final class SourceHandlers: Sendable {
   /// handler starting during `setTarget` reads the old pair or the new pair,
   /// never the new queue with the old flag.
   let target: Atomic<UInt>
-  let cancel: Mutex<(handler: Source.CancelHandler, installed: Bool)>
-  /// The user's registration handler and the package's own hook (an event
-  /// sequence waiting for registration), run by the registration block.
-  let registration = Mutex<(handler: Source.CancelHandler, hook: (@Sendable () -> Void)?)>((handler: .none, hook: nil))
-  /// Run at cancellation after the user's cancel handler: the event
-  /// sequence's end (set once, by `SourceEvents`).
-  let cancelHook = Mutex<(@Sendable () -> Void)?>(nil)
+
+  /// The handlers the blocks call, each taken (and cleared) by the block that runs it, once.
+  struct Hooks {
+    /// The user's cancel handler.
+    var cancel: Source.CancelHandler = .none
+    /// The cancel block is installed (at once when there is `ownedCleanup`).
+    var cancelInstalled: Bool
+    /// Run at cancellation after the user's cancel handler: the event sequence's end (set once,
+    /// by `SourceEvents`).
+    var cancelHook: (@Sendable () -> Void)?
+    /// The user's registration handler.
+    var registration: Source.CancelHandler = .none
+    /// The package's registration hook (a signal sequence's start waiting for registration).
+    var registrationHook: (@Sendable () -> Void)?
+  }
+
+  /// The one lock of the handlers: every hook, taken out under it and run outside it.
+  let hooks: Mutex<Hooks>
   /// Run once at cancellation, after the user's cancel handler (or before it, when
   /// `cleanupFirst`).
   let ownedCleanup: (@Sendable () -> Void)?
@@ -34,7 +45,7 @@ final class SourceHandlers: Sendable {
   init(raw: OpaquePointer, target: Queue, ownedCleanup: (@Sendable () -> Void)?, cleanupFirst: Bool = false) {
     self.raw = raw
     self.target = Atomic(SourceHandlers.targetWord(target))
-    cancel = Mutex((handler: .none, installed: ownedCleanup != nil))
+    hooks = Mutex(Hooks(cancelInstalled: ownedCleanup != nil))
     self.ownedCleanup = ownedCleanup
     self.cleanupFirst = cleanupFirst
   }
@@ -63,10 +74,10 @@ final class SourceHandlers: Sendable {
   /// Records the user's cancel handler; true when the cancel block is not
   /// installed yet (the caller installs it).
   func setCancelHandler(_ handler: Source.CancelHandler) -> Bool {
-    cancel.withLock { cancel in
-      cancel.handler = handler
-      defer { cancel.installed = true }
-      return !cancel.installed
+    hooks.withLock { hooks in
+      hooks.cancel = handler
+      defer { hooks.cancelInstalled = true }
+      return !hooks.cancelInstalled
     }
   }
 
@@ -79,11 +90,12 @@ final class SourceHandlers: Sendable {
   /// hook ends the start's wait, and neither closure may stay here (libdispatch frees the C block,
   /// not the closures, and a hook holds the source); taken outside the lock, before the rest.
   func cancelCallout() {
-    let registration = registration.withLock { registration in
-      defer { (registration.handler, registration.hook) = (.none, nil) }
-      return registration
+    // The user's registration handler never runs then (as in C): released here, outside the lock.
+    let (_, registrationHook) = hooks.withLock { hooks in
+      defer { (hooks.registration, hooks.registrationHook) = (.none, nil) }
+      return (hooks.registration, hooks.registrationHook)
     }
-    registration.hook?()
+    registrationHook?()
     if onRegistrationQueue { sendToTarget { [self] in cancelHandlers() } } else { cancelHandlers() }
   }
 
@@ -92,13 +104,13 @@ final class SourceHandlers: Sendable {
   func cancelHandlers() {
     if cleanupFirst { ownedCleanup?() }
     call(
-      cancel.withLock { cancel in
-        defer { cancel.handler = .none }
-        return cancel.handler
+      hooks.withLock { hooks in
+        defer { hooks.cancel = .none }
+        return hooks.cancel
       })
-    cancelHook.withLock { hook in
-      defer { hook = nil }
-      return hook
+    hooks.withLock { hooks in
+      defer { hooks.cancelHook = nil }
+      return hooks.cancelHook
     }?()
     if !cleanupFirst { ownedCleanup?() }
   }
@@ -133,10 +145,10 @@ final class SourceHandlers: Sendable {
   /// Sets the package's hook run after the user's cancel handler, and
   /// installs the cancel block if it is not yet.
   func setCancelHook(_ hook: @escaping @Sendable () -> Void) {
-    cancelHook.withLock { $0 = hook }
-    let install = cancel.withLock { cancel in
-      defer { cancel.installed = true }
-      return !cancel.installed
+    let install = hooks.withLock { hooks in
+      hooks.cancelHook = hook
+      defer { hooks.cancelInstalled = true }
+      return !hooks.cancelInstalled
     }
     if install { installCancelBlock() }
   }
@@ -148,16 +160,16 @@ final class SourceHandlers: Sendable {
   /// queue. Installed on every call, as the C function is: libdispatch runs
   /// a block set after registration at once.
   func setRegistration(handler: Source.CancelHandler? = nil, hook: (@Sendable () -> Void)? = nil) {
-    registration.withLock { registration in
-      if let handler { registration.handler = handler }
-      if let hook { registration.hook = hook }
+    hooks.withLock { hooks in
+      if let handler { hooks.registration = handler }
+      if let hook { hooks.registrationHook = hook }
     }
     Libdispatch.source_set_registration_handler(
       raw,
       block { [self] in
-        let (handler, hook) = registration.withLock { registration in
-          defer { (registration.handler, registration.hook) = (.none, nil) }
-          return (registration.handler, registration.hook)
+        let (handler, hook) = hooks.withLock { hooks in
+          defer { (hooks.registration, hooks.registrationHook) = (.none, nil) }
+          return (hooks.registration, hooks.registrationHook)
         }
         hook?()
         if case .none = handler { return }
