@@ -28,18 +28,14 @@ extension IOChannel {
     fileDescriptor: Int32, length: Int, queue: Queue,
     handler: @escaping @Sendable (_ data: DispatchBuffer, _ error: Int32) -> Void
   ) {
-    let join = OneShotJoin(queue: queue, handler: handler)
-    let channel = IOChannel(
-      descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false,
-      cleanup: { _ in join.released() })
-    // The deliveries are gathered on a serial queue (on a concurrent `queue`
-    // they could run out of order); `handler` runs on `queue`.
-    let gathered = Mutex(DispatchBuffer())
-    channel.read(length: length, queue: Queue(label: "GCD.IOChannel.read(fileDescriptor:)")) { done, data, error in
-      if let data { gathered.withLock { $0.append(data) } }
-      guard done else { return }
-      join.ended(gathered.withLock { $0 }, error)
-      channel.close()
+    oneShot(fileDescriptor: fileDescriptor, queue: queue, handler: handler) { channel, finish in
+      // The deliveries are gathered on a serial queue (on a concurrent `queue`
+      // they could run out of order); `handler` runs on `queue`.
+      let gathered = Mutex(DispatchBuffer())
+      channel.read(length: length, queue: Queue(label: "GCD.IOChannel.read(fileDescriptor:)")) { done, data, error in
+        if let data { gathered.withLock { $0.append(data) } }
+        if done { finish(gathered.withLock { $0 }, error) }
+      }
     }
   }
 
@@ -62,13 +58,27 @@ extension IOChannel {
     fileDescriptor: Int32, data: DispatchBuffer, queue: Queue,
     handler: @escaping @Sendable (_ remaining: DispatchBuffer, _ error: Int32) -> Void
   ) {
+    oneShot(fileDescriptor: fileDescriptor, queue: queue, handler: handler) { channel, finish in
+      channel.write(data: data, queue: queue) { done, remaining, error in
+        if done { finish(remaining ?? DispatchBuffer(), error) }
+      }
+    }
+  }
+
+  /// A one-shot call's channel: a stream channel over `fileDescriptor` (left open) that `start`
+  /// runs the operation on, calling `finish` once with its outcome (the bytes and the errno
+  /// value), which closes the channel. `handler` runs on `queue` once the outcome is in and the
+  /// channel has let go of the descriptor (`OneShotJoin`).
+  private static func oneShot(
+    fileDescriptor: Int32, queue: Queue, handler: @escaping @Sendable (DispatchBuffer, Int32) -> Void,
+    start: (_ channel: IOChannel, _ finish: @escaping @Sendable (DispatchBuffer, Int32) -> Void) -> Void
+  ) {
     let join = OneShotJoin(queue: queue, handler: handler)
     let channel = IOChannel(
       descriptor: fileDescriptor, type: .stream, queue: queue, closing: false, splitting: false,
       cleanup: { _ in join.released() })
-    channel.write(data: data, queue: queue) { done, remaining, error in
-      guard done else { return }
-      join.ended(remaining ?? DispatchBuffer(), error)
+    start(channel) { data, error in
+      join.ended(data, error)
       channel.close()
     }
   }

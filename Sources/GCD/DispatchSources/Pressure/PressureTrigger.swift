@@ -25,20 +25,7 @@ import Synchronization
 /// Both descriptors are `O_CLOEXEC`, owned here, closed exactly once: by
 /// `stop()` while idle, otherwise in the read source's cancel handler, after
 /// libdispatch has stopped watching the epoll descriptor.
-final class PressureTrigger: Sendable {
-  /// The internal read source, held in `Sendable` state (libdispatch objects are thread-safe).
-  struct Reader: @unchecked Sendable {
-    let source: OpaquePointer
-  }
-
-  private enum Action {
-    case none
-    case activate(Reader)
-    /// Cancel the reader, then drop the reference taken for this call.
-    case cancel(Reader)
-    case close
-  }
-
+final class PressureTrigger: InternalReaderOwner {
   /// The queue every pressure reader runs on: their handlers are a drain
   /// and a merge.
   static let queue = Queue(label: "GCD.PressureSource.triggers")
@@ -47,7 +34,7 @@ final class PressureTrigger: Sendable {
   let descriptor: Int32
   /// The epoll descriptor holding `descriptor` for `EPOLLPRI`.
   let epoll: Int32
-  private let phase = Mutex(WatcherPhase<Reader>.idle)
+  private let phase = Mutex(WatcherPhase<InternalReader>.idle)
 
   /// Opens `path`, writes the trigger and makes the epoll descriptor.
   ///
@@ -83,12 +70,8 @@ final class PressureTrigger: Sendable {
   /// Starts watching: `fired` runs on `PressureTrigger.queue` each time the
   /// trigger fires (once per merged batch of fires).
   func start(_ fired: @escaping @Sendable () -> Void) {
-    let action = phase.withLock { phase -> Action in
-      guard case .idle = phase,
-        let reader = Libdispatch.source_create(.read, UInt(epoll), 0, PressureTrigger.queue.raw)
-      else { return .none }
-      let running = Reader(source: reader)
-      Libdispatch.source_set_event_handler(reader) { [epoll, descriptor] in
+    startReading(epoll, queue: PressureTrigger.queue.raw) { _ in
+      { [epoll, descriptor] in
         let reported = system_epoll_drain(epoll)
         if reported & system_epollError != 0 {
           // The file is gone (its cgroup was removed): it will never fire again.
@@ -97,47 +80,19 @@ final class PressureTrigger: Sendable {
         }
         fired()
       }
-      Libdispatch.source_set_cancel_handler(reader) { [self] in
-        system_close(epoll)
-        system_close(descriptor)
-        self.phase.withLock { $0 = .stopped }
-        Libdispatch.release(running.source)
-      }
-      phase = .running(running)
-      return .activate(running)
     }
-    perform(action)
   }
 
   /// Stops watching and closes both descriptors (now while idle, else in
   /// the reader's cancel handler). Later calls do nothing.
-  func stop() {
-    let action = phase.withLock { phase -> Action in
-      switch phase {
-      case .idle:
-        phase = .stopped
-        return .close
-      case .running(let reader):
-        // Kept alive for the cancel below: its cancel handler releases it.
-        Libdispatch.retain(reader.source)
-        return .cancel(reader)
-      case .stopped:
-        return .none
-      }
-    }
-    perform(action)
+  func stop() { stopReading() }
+
+  func withReaderPhase<Result: Sendable>(_ body: (inout WatcherPhase<InternalReader>) -> Result) -> Result {
+    phase.withLock { body(&$0) }
   }
 
-  private func perform(_ action: Action) {
-    switch action {
-    case .none: break
-    case .activate(let reader): Libdispatch.activate(reader.source)
-    case .cancel(let reader):
-      Libdispatch.source_cancel(reader.source)
-      Libdispatch.release(reader.source)
-    case .close:
-      system_close(epoll)
-      system_close(descriptor)
-    }
+  func closeDescriptors() {
+    system_close(epoll)
+    system_close(descriptor)
   }
 }
