@@ -191,6 +191,27 @@ extension RegistrationTests {
     }
   }
 
+  @Test("a signal sent right after withSignals registered on a queue of the user's is delivered, round after round")
+  func retargetedDeliveryRounds() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      signal(SIGUSR2, SIG_IGN)
+      let rounds = runningUnderSanitizer ? 50 : 400
+      for round in 0..<rounds {
+        // A queue of the user's: the sources are pointed at it after registering (a new target
+        // after activation), and the signal sent at once must come through it.
+        let queue = Queue(label: "registration.rounds")
+        let seen = try await SignalSource.withSignals([SIGUSR2, SIGUSR1], queue: queue) { signals in
+          kill(getpid(), SIGUSR2)
+          for await signal in signals { return signal }
+          return 0
+        }
+        childCheck(seen == SIGUSR2, "round \(round): \(seen)")
+      }
+      endChild("ok")
+    }
+  }
+
   /// The registration window, raced: a `cancel()` or a `setTarget(_:)` from another thread while a
   /// signal sequence's source still targets the package's registration queue. Interleavings: the cancel
   /// lands before the registration block (the cancel block then ends the wait and must send the
