@@ -7,7 +7,7 @@
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_ADD`.
 public final class DataAddSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of the merged sums; it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
   /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
@@ -51,7 +51,7 @@ public final class DataAddSource: Source, @unchecked Sendable {
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_OR`.
 public final class DataOrSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of the merged bits; it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
   /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
@@ -95,7 +95,7 @@ public final class DataOrSource: Source, @unchecked Sendable {
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_REPLACE`.
 public final class DataReplaceSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of the latest values; it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
   /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the

@@ -6,7 +6,7 @@
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_TIMER`.
 public final class TimerSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of fire counts (fires merged into each element); it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
   /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the

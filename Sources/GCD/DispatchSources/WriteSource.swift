@@ -38,7 +38,7 @@ public final class WriteSource: Source, @unchecked Sendable {
   }
 
   /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 
   /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the

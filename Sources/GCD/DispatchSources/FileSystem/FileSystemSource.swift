@@ -65,7 +65,7 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
 public final class FileSystemSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of the events that fired, merged; it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<FileSystemEvents> {
     SourceEvents(source: self, element: { FileSystemEvents(rawValue: $0) })
   }

@@ -56,7 +56,7 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
 public final class ProcSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
+  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<ProcEvents> {
     SourceEvents(source: self, element: { ProcEvents(rawValue: $0) })
   }
