@@ -212,6 +212,35 @@ extension RegistrationTests {
     }
   }
 
+  /// The source and its sequence dropped right after `makeEvents()`: the drop cancels the source,
+  /// whose cancel block may run on the registration queue before the source's new target took
+  /// effect, and must still send the user's cancel handler on to the source's queue, once, while
+  /// the caller's references are gone: the handlers box holds the queue for it
+  /// (`SourceHandlers.Hooks.heldTarget`).
+  @Test("a signal source dropped with its sequence and its queue at once: its cancel handler runs on that queue")
+  func droppedWithItsQueue() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      let rounds = runningUnderSanitizer ? 300 : 3_000
+      let onQueue = Atomic(0)
+      for _ in 0..<rounds {
+        let queue = Queue(label: "registration.dropped")
+        // SIGURG is ignored by default: a stray one ends nothing.
+        let source = try SignalSource(signal: SIGURG, queue: queue)
+        // Weak: only the source may keep its queue (a handler that held it would hide a queue
+        // freed under the send).
+        source.setCancelHandler { [weak queue] in
+          if queue?.isCurrent == true { onQueue.add(1, ordering: .relaxed) }
+        }
+        _ = source.makeEvents()  // dropped at once: the source is cancelled
+      }
+      childCheck(
+        blocking { pollUntil { onQueue.load(ordering: .relaxed) == rounds } },
+        "\(onQueue.load(ordering: .relaxed)) of \(rounds) cancel handlers ran on their queue")
+      endChild("ok")
+    }
+  }
+
   /// The registration window, raced: a `cancel()` or a `setTarget(_:)` from another thread while a
   /// signal sequence's source still targets the package's registration queue. Interleavings: the cancel
   /// lands before the registration block (the cancel block then ends the wait and must send the

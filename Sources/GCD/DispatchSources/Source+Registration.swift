@@ -53,8 +53,11 @@ extension Source {
     let registered = Group()
     for source in sources {
       registered.enter()
-      source.shared.withLock { $0.registering = true }
-      source.handlers.startsRegistered.store(true, ordering: .relaxed)
+      let handlers = source.handlers
+      source.shared.withLock { shared in
+        shared.registering = true
+        handlers.startRegistering(on: shared.target)
+      }
       Libdispatch.set_target_queue(source.raw, Registration.queue.raw)
       source.handlers.setRegistration(hook: { [source] in
         source.endRegistration()

@@ -27,6 +27,8 @@ final class SourceHandlers: Sendable {
     var registration: Source.CancelHandler = .none
     /// The package's registration hook (a signal sequence's start waiting for registration).
     var registrationHook: (@Sendable () -> Void)?
+    /// For a source `Source.startRegistered` started: its queue, held for `sendToTarget`.
+    var heldTarget: Queue?
   }
 
   /// The one lock of the handlers: every hook, taken out under it and run outside it.
@@ -60,6 +62,14 @@ final class SourceHandlers: Sendable {
   /// libdispatch's target reference).
   func target(_ queue: Queue) {
     target.store(SourceHandlers.targetWord(queue), ordering: .relaxed)
+    if startsRegistered.load(ordering: .relaxed) { hooks.withLock { $0.heldTarget = queue } }
+  }
+
+  /// Marks the source as started by `Source.startRegistered` (before it is activated), holding its
+  /// queue for the handlers sent on from `Registration.queue`.
+  func startRegistering(on queue: Queue) {
+    hooks.withLock { $0.heldTarget = queue }
+    startsRegistered.store(true, ordering: .relaxed)
   }
 
   /// A closure as a handler block that runs inside a frame of the target queue.
@@ -122,15 +132,18 @@ final class SourceHandlers: Sendable {
   var onRegistrationQueue: Bool { startsRegistered.load(ordering: .relaxed) && Registration.isCurrent }
 
   /// Runs `body` on the source's queue, inside its frame, with the C source kept until it has run.
+  ///
+  /// Called from a registration or cancel block running on `Registration.queue`, where the C
+  /// source holds `Registration.queue`, not the source's queue, and the `Source` that holds it may
+  /// be gone: the queue comes from `Hooks.heldTarget`, which the handlers box keeps as long as its
+  /// blocks live, and the send block holds it too (`RegistrationTests.droppedWithItsQueue`).
   func sendToTarget(_ body: @escaping @Sendable () -> Void) {
+    guard let queue = hooks.withLock({ $0.heldTarget }) else { return body() }
     Libdispatch.retain(raw)
-    let target = OpaquePointer(bitPattern: target.load(ordering: .relaxed) & ~frameExclusive).unsafelyUnwrapped
-    Libdispatch.async_block(
-      target,
-      block { [self] in
-        body()
-        Libdispatch.release(raw)
-      })
+    Libdispatch.async_block(queue.raw) { [raw, queue] in
+      withFrame(queue: queue.raw, flags: queue.flags & frameExclusive, body)
+      Libdispatch.release(raw)
+    }
   }
 
   /// Calls the user's handler (a C function gets the source's context).
