@@ -15,13 +15,13 @@ extension SourceLifecycleTests {
     let serial = Queue(label: "torn.serial")
     let concurrent = Queue(label: "torn.concurrent", kind: .concurrent)
     let source = DataAddSource(queue: concurrent)
-    let handlers = source.handlers
+    let state = source.state
     let torn = Counter()
     let checked = Counter()
     // The handler block as libdispatch calls it, run in a loop on one thread
     // while another flips the target: each call reads the target and opens
     // its frame; the frame must name the queue with that queue's own bit.
-    nonisolated(unsafe) let block = handlers.block {
+    nonisolated(unsafe) let block = state.block {
       forEachFrame { queue, exclusive in
         if (queue == serial.raw) != exclusive { torn.increment() }
         return false
@@ -37,7 +37,7 @@ extension SourceLifecycleTests {
     done.async(on: Queue(label: "torn.flipper")) {
       started.add(1, ordering: .relaxed)
       while started.load(ordering: .relaxed) < 2 {}
-      for round in 0..<rounds { handlers.target(round.isMultiple(of: 2) ? serial : concurrent) }
+      for round in 0..<rounds { _ = state.setTarget(round.isMultiple(of: 2) ? serial : concurrent) }
     }
     done.async(on: Queue(label: "torn.handler")) {
       started.add(1, ordering: .relaxed)
@@ -87,7 +87,7 @@ private func raceSequenceStarts(rounds: Int) {
     requireInChild(!source.isSuspended && !source.isCancelled, "round \(round): the source is not running")
     // The winner's start waited for the registration (which ends the source's registering window).
     requireInChild(
-      !source.shared.withLock { $0.registering }, "round \(round): the winner's source never registered")
+      !source.state.isRegistering, "round \(round): the winner's source never registered")
     source.cancel()
     withExtendedLifetime(sequences) {}
   }

@@ -65,9 +65,8 @@ public final class ReadSource: Source, @unchecked Sendable {
   let nest: EpollNest?
 
   /// `data` in a handler: the estimate from the descriptor (the nest), without the source.
-  override var dataReader: @Sendable () -> UInt {
-    let (nest, plain) = (nest, super.dataReader)
-    return { nest?.estimate ?? plain() }
+  override var dataReader: @Sendable (SourceState) -> UInt {
+    { [nest] state in nest?.estimate ?? Libdispatch.source_get_data(state.raw) }
   }
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.

@@ -8,7 +8,7 @@
 /// targets this queue until its registration handler has run on it; that handler points the source
 /// at its own queue again (`Source.endRegistration`) and ends the wait. Nothing of the user's runs
 /// here: the user's registration and cancel handlers, when libdispatch calls them on this queue,
-/// are sent on to the source's queue (`SourceHandlers`); the event handlers that can run here
+/// are sent on to the source's queue (`SourceState`); the event handlers that can run here
 /// before the source's new target takes effect are the package's own (the sequences' storage).
 ///
 /// A serial queue is overcommit: libdispatch gives it a thread even when every worker is busy, so
@@ -53,33 +53,16 @@ extension Source {
     let registered = Group()
     for source in sources {
       registered.enter()
-      let handlers = source.handlers
-      source.shared.withLock { shared in
-        shared.registering = true
-        handlers.startRegistering(on: shared.target)
-      }
+      let state = source.state
+      state.startRegistering()
       Libdispatch.set_target_queue(source.raw, Registration.queue.raw)
-      source.handlers.setRegistration(hook: { [source] in
-        source.endRegistration()
+      state.setRegistration(hook: { [state] in
+        state.endRegistration()
         registered.leave()
       })
-      source.onActivate?()
+      source.owner?.onActivate?()
       Libdispatch.activate(source.raw)
     }
     _ = Libdispatch.group_wait(registered.raw, Libdispatch.timeForever)
-  }
-
-  /// The registration window closes: the source's C target becomes its recorded queue again (the
-  /// user's, or the last `setTarget(_:)`'s). Called once, by the registration hook. libdispatch
-  /// applies a new target of a source it is running at the end of the current handler call, and
-  /// counts it as deprecated use (it logs it once per process, and stops one run with
-  /// `LIBDISPATCH_STRICT=1`): a source whose queue is the default global queue stays on the
-  /// registration queue instead, which is equivalent for it (a serial queue of the default QoS that
-  /// runs only the package's handlers; the user's are sent on to the global queue).
-  final func endRegistration() {
-    shared.withLock { shared in
-      shared.registering = false
-      if shared.target !== Queue.global() { Libdispatch.set_target_queue(raw, shared.target.raw) }
-    }
   }
 }

@@ -34,20 +34,14 @@ public class Source: GCDObject, @unchecked Sendable {
     case function(Libdispatch.Function)
   }
 
-  struct Shared {
-    var target: Queue
-    var handlers: SourceHandlers?
-    /// A sequence's start has pointed the C source at `Registration.queue` until it registers:
-    /// `setTarget(_:)` records `target` only, and the registration applies it.
-    var registering = false
-  }
-
-  /// Started, suspended(n), cancelled: balanced in `deinit`.
+  /// Started, suspended(n), cancelled: balanced in `deinit`. The hot word of the life cycle.
   @usableFromInline final let lifecycle: Atomic<Lifecycle>
-  /// The target queue, and what the handler blocks share (made on first use).
-  final let shared: Mutex<Shared>
-  /// Called once when the source is first started (before activation).
-  @usableFromInline final let onActivate: (@Sendable () -> Void)?
+  /// The queue the source was created with; once `state` is made, it holds the current one.
+  final let createdQueue: Queue
+  /// What the handler blocks share (`SourceState`), made on first use.
+  final let stateReference: AtomicLazyReference<SourceState>
+  /// The package's own work around the source (a watcher's start, a cleanup), or nil.
+  @usableFromInline final let owner: SourceOwner?
 
   /// Creates a C source, inactive, whose handlers run on `queue`.
   ///
@@ -114,16 +108,14 @@ public class Source: GCDObject, @unchecked Sendable {
     onActivate: (@Sendable () -> Void)? = nil
   ) {
     lifecycle = Atomic(.inactive)
-    self.onActivate = onActivate
-    if let ownedCleanup {
-      let handlers = SourceHandlers(
-        raw: created, target: queue, ownedCleanup: ownedCleanup, cleanupFirst: cleanupFirst)
-      shared = Mutex(Shared(target: queue, handlers: handlers))
-      handlers.installCancelBlock()
-    } else {
-      shared = Mutex(Shared(target: queue, handlers: nil))
-    }
+    createdQueue = queue
+    stateReference = AtomicLazyReference()
+    owner =
+      ownedCleanup == nil && onActivate == nil
+      ? nil : SourceOwner(cleanup: ownedCleanup, cleanupFirst: cleanupFirst, onActivate: onActivate)
     super.init(raw: created)
+    // A cleanup must run however the source ends: its cancel block is installed at once.
+    if ownedCleanup != nil { state.installCancelBlock() }
   }
 
   /// Leaves the C source in a state libdispatch can release (cancelled,
@@ -171,24 +163,22 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_event_handler`.
   public final func setEventHandler(_ handler: @escaping @Sendable () -> Void) {
-    Libdispatch.source_set_event_handler(raw, handlers.block(handler))
+    Libdispatch.source_set_event_handler(raw, state.block(handler))
   }
 
   /// Sets `handler` as the event handler, called with the event's data as
   /// `data` reads it (`dataReader`), so the handler never holds the source.
   /// What each type's `setEventHandler { value in }` calls.
   final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    let read = dataReader
-    Libdispatch.source_set_event_handler(raw, handlers.block { handler(read()) })
+    Libdispatch.source_set_event_handler(raw, state.valueBlock(handler, read: dataReader))
   }
 
   /// Reads `data` in a handler without the wrapper: the C source's pending
   /// data (libdispatch holds the C source while its handler runs; the
-  /// handlers box, held by the block, holds the pointer). Read and write
+  /// state, held by the block, holds the pointer). Read and write
   /// sources override it with their estimate.
-  var dataReader: @Sendable () -> UInt {
-    let handlers = handlers
-    return { Libdispatch.source_get_data(handlers.raw) }
+  var dataReader: @Sendable (SourceState) -> UInt {
+    { Libdispatch.source_get_data($0.raw) }
   }
 
   /// Sets a C function as the event handler; it is called with `context`,
@@ -211,8 +201,8 @@ public class Source: GCDObject, @unchecked Sendable {
     // A block that calls the function inside the target queue's frame (as
     // every handler of the package runs), with the context read at each call
     // as `dispatch_source_set_event_handler_f` does.
-    let handlers = handlers
-    Libdispatch.source_set_event_handler(raw, handlers.block { function(Libdispatch.get_context(handlers.raw)) })
+    let state = state
+    Libdispatch.source_set_event_handler(raw, state.block { function(Libdispatch.get_context(state.raw)) })
   }
 
   /// Sets the closure run once after `cancel()` takes effect: the place to
@@ -248,7 +238,7 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_registration_handler`.
   public final func setRegistrationHandler(_ handler: @escaping @Sendable () -> Void) {
-    handlers.setRegistration(handler: .closure(handler))
+    state.setRegistration(handler: .closure(handler))
   }
 
   /// Sets a C function as the registration handler, called with `context`
@@ -264,7 +254,7 @@ public class Source: GCDObject, @unchecked Sendable {
     context: UnsafeMutableRawPointer?, function: @convention(c) (UnsafeMutableRawPointer?) -> Void
   ) {
     Libdispatch.set_context(raw, context)
-    handlers.setRegistration(handler: .function(function))
+    state.setRegistration(handler: .function(function))
   }
 
   /// Whether an event that happens between the start and the registration is lost: true for a
@@ -274,20 +264,15 @@ public class Source: GCDObject, @unchecked Sendable {
   /// own watchers (inotify, pidfd, pressure) start in `onActivate`, before the C source.
   var losesEventsBeforeRegistration: Bool { false }
 
-  /// The handlers box, made on first use.
-  final var handlers: SourceHandlers {
-    shared.withLock { shared in
-      if let handlers = shared.handlers { return handlers }
-      let handlers = SourceHandlers(raw: raw, target: shared.target, ownedCleanup: nil)
-      shared.handlers = handlers
-      return handlers
-    }
+  /// The state the handler blocks share, made on first use (two threads asking at once get the
+  /// same one: the loser's is dropped before anything used it).
+  final var state: SourceState {
+    if let state = stateReference.load() { return state }
+    return stateReference.storeIfNil(SourceState(raw: raw, queue: createdQueue, owner: owner))
   }
 
   final func setCancelHandler(_ handler: CancelHandler) {
-    if handlers.setCancelHandler(handler) {
-      handlers.installCancelBlock()
-    }
+    state.setCancelHandler(handler)
   }
 
   // MARK: Life cycle
@@ -303,7 +288,7 @@ public class Source: GCDObject, @unchecked Sendable {
   public final func resume() {
     // The common first start (inactive -> active, `.activate`), as one
     // compare-and-swap; every other case goes through the machine.
-    if onActivate == nil
+    if owner == nil
       && lifecycle.compareExchange(expected: .inactive, desired: .active, ordering: .acquiringAndReleasing).exchanged
     {
       Libdispatch.activate(raw)
@@ -317,7 +302,7 @@ public class Source: GCDObject, @unchecked Sendable {
   @usableFromInline
   final func resumeThroughLifecycle() {
     let action = lifecycle.update { $0.resume(starts: true) }
-    if action == .activate { onActivate?() }
+    if action == .activate { owner?.onActivate?() }
     if let misuse = action.perform(on: raw) { unbalancedResume(misuse) }
   }
 
@@ -375,14 +360,9 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_set_target_queue`.
   public final func setTarget(_ queue: Queue) {
-    let registering = shared.withLock { shared in
-      shared.target = queue
-      shared.handlers?.target(queue)
-      return shared.registering
-    }
-    if !registering { Libdispatch.set_target_queue(raw, queue.raw) }
+    if state.setTarget(queue) { Libdispatch.set_target_queue(raw, queue.raw) }
   }
 
   /// The queue the handlers run on.
-  public final var queue: Queue { shared.withLock { $0.target } }
+  public final var queue: Queue { stateReference.load()?.queue ?? createdQueue }
 }

@@ -217,13 +217,13 @@ final class EventsStorage<Element: Sendable>: Sendable {
     // active, so a `resume()` stops as on any running source, and a
     // `cancel()` leaves the start to this call.
     source.setEventHandler { [self] in received(source.data) }
-    source.handlers.setCancelHook { [self] in finish() }
+    source.state.setCancelHook { [self] in finish() }
     if source.losesEventsBeforeRegistration {
       Source.startRegistered([source])
     } else {
       // What arrives before the source registers waits for it (see `losesEventsBeforeRegistration`):
       // no wait, and the source registers on its own queue, as any source does.
-      source.onActivate?()
+      source.owner?.onActivate?()
       Libdispatch.activate(source.raw)
     }
   }

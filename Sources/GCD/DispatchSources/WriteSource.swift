@@ -32,9 +32,8 @@ public final class WriteSource: Source, @unchecked Sendable {
   let nest: EpollNest?
 
   /// `data` in a handler: the estimate from the descriptor (the nest), without the source.
-  override var dataReader: @Sendable () -> UInt {
-    let (nest, plain) = (nest, super.dataReader)
-    return { nest?.estimate ?? plain() }
+  override var dataReader: @Sendable (SourceState) -> UInt {
+    { [nest] state in nest?.estimate ?? Libdispatch.source_get_data(state.raw) }
   }
 
   /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source

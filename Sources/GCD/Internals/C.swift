@@ -239,16 +239,16 @@ enum Libdispatch {
     dispatch_source_set_timer(source, start, interval, leeway)
   }
   static func source_set_event_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
-    dispatch_source_set_event_handler(source, handler)
+    cgcd_source_set_event_handler(UnsafeMutableRawPointer(source), handler)
   }
 
   static func source_set_registration_handler(
     _ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void
   ) {
-    dispatch_source_set_registration_handler(source, handler)
+    cgcd_source_set_registration_handler(UnsafeMutableRawPointer(source), handler)
   }
   static func source_set_cancel_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
-    dispatch_source_set_cancel_handler(source, handler)
+    cgcd_source_set_cancel_handler(UnsafeMutableRawPointer(source), handler)
   }
 }
 

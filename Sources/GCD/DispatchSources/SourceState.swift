@@ -1,0 +1,279 @@
+import Synchronization
+
+/// The one state of a source: what its handler blocks share with the `Source` that owns the C
+/// source. A source's state is two words and a lock:
+///
+/// | field | what | who writes | who reads | under |
+/// |---|---|---|---|---|
+/// | `Source.lifecycle` | started, suspended(n), cancelled | `resume`, `suspend`, `cancel`, `deinit`, a sequence's start and back-pressure | the same | compare-and-swap (`Lifecycle`) |
+/// | `target` | the target queue's address and frame flag | `setTarget(_:)` | every handler call | one relaxed word |
+/// | `locked.queue` | the target queue, held | `setTarget(_:)` | `queue`, the registration window | the lock |
+/// | `locked.cancel`, `cancelInstalled` | the user's cancel handler | `setCancelHandler` | the cancel block, once | the lock |
+/// | `locked.registering`, `startsRegistered` | a signal sequence's registration window | `Source.startRegistered`, its registration | `setTarget(_:)`, the blocks | the lock |
+/// | `locked.hooks` | the registration handler, the package's registration and cancel hooks | `setRegistrationHandler`, a sequence's start | the registration and cancel blocks, once | the lock |
+/// | `owner` | the package's own work (a watcher's start, a descriptor's cleanup) | `init` | `resume`, the cancel block | immutable |
+///
+/// Held by the `Source` and by its handler blocks, never by the C source alone: a source whose
+/// handlers are set is still released when its last reference goes (no cycle), and a block that
+/// runs after the `Source` is gone (a cancel handler, a handler running while the last reference
+/// goes) still has the queue it runs on (`locked.queue`). Made on first use: a source that is never
+/// given a handler, a target or a sequence has none (`Source.state`).
+///
+/// Every block captures this one object and the user's closure; every hook is taken out under the
+/// lock and run outside it, once.
+final class SourceState: Sendable {
+  /// The C source, not retained: the blocks that use it run while libdispatch holds the source.
+  nonisolated(unsafe) let raw: OpaquePointer
+  /// The target queue and its frame flags in one word (the queue's address with `frameExclusive`
+  /// in bit 0, free in an object's address), so a handler starting during `setTarget` reads the
+  /// old pair or the new pair, never the new queue with the old flag. Relaxed: the queue it names
+  /// is held by `locked.queue` and by libdispatch's target reference.
+  let target: Atomic<UInt>
+  /// The package's own work around the source, or nil.
+  let owner: SourceOwner?
+
+  /// The rarer handlers the blocks call, each taken (and cleared) by the block that runs it, once:
+  /// a box of their own, touched only under the lock, so that a source that has none (most) does
+  /// not carry their room.
+  final class Hooks {
+    /// The user's registration handler.
+    var registration: Source.CancelHandler = .none
+    /// The package's registration hook (a signal sequence's start waiting for registration).
+    var registrationHook: (@Sendable () -> Void)?
+    /// Run at cancellation after the user's cancel handler: the event sequence's end (set once, by
+    /// `SourceEvents`).
+    var cancelHook: (@Sendable () -> Void)?
+  }
+
+  struct Locked {
+    /// The target queue (the user's, or the last `setTarget(_:)`'s).
+    var queue: Queue
+    /// The user's cancel handler.
+    var cancel: Source.CancelHandler = .none
+    /// The cancel block is installed (at once when the owner has a cleanup).
+    var cancelInstalled: Bool
+    /// A sequence's start has pointed the C source at `Registration.queue` until it registers:
+    /// `setTarget(_:)` records `queue` only, and the registration applies it.
+    var registering = false
+    /// Set by `Source.startRegistered` before it activates the source: only then can libdispatch
+    /// run a handler block on `Registration.queue`, so only then does a block ask where it runs.
+    var startsRegistered = false
+    /// The rarer handlers (registration, the sequences' hooks), made on first use.
+    var hooks: Hooks?
+
+    /// `hooks`, made if it is not yet.
+    mutating func madeHooks() -> Hooks {
+      if let hooks { return hooks }
+      let made = Hooks()
+      hooks = made
+      return made
+    }
+
+    /// Takes the registration handler and hook out (each runs once).
+    mutating func takeRegistration() -> (Source.CancelHandler, (@Sendable () -> Void)?) {
+      guard let hooks else { return (.none, nil) }
+      defer { (hooks.registration, hooks.registrationHook) = (.none, nil) }
+      return (hooks.registration, hooks.registrationHook)
+    }
+  }
+
+  /// The one lock: every field but the two words.
+  let locked: Mutex<Locked>
+
+  init(raw: OpaquePointer, queue: Queue, owner: SourceOwner?) {
+    self.raw = raw
+    target = Atomic(SourceState.targetWord(queue))
+    self.owner = owner
+    locked = Mutex(Locked(queue: queue, cancelInstalled: owner?.cleanup != nil))
+  }
+
+  /// The queue's address and its exclusive bit as one word.
+  static func targetWord(_ queue: Queue) -> UInt {
+    UInt(bitPattern: UnsafeMutableRawPointer(queue.raw)) | (queue.flags & frameExclusive)
+  }
+
+  /// The queue the handlers run on.
+  var queue: Queue { locked.withLock { $0.queue } }
+
+  /// Records the new target queue; true when the C source is to be pointed at it now (false inside
+  /// the registration window, which applies it when it closes).
+  func setTarget(_ queue: Queue) -> Bool {
+    locked.withLock { locked in
+      locked.queue = queue
+      target.store(SourceState.targetWord(queue), ordering: .relaxed)
+      return !locked.registering
+    }
+  }
+
+  /// A closure as a handler block that runs inside a frame of the target queue.
+  func block(_ handler: @escaping @Sendable () -> Void) -> @convention(block) () -> Void {
+    return { [self] in
+      let word = target.load(ordering: .relaxed)
+      let queue = OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped
+      withFrame(queue: queue, flags: word & frameExclusive, handler)
+    }
+  }
+
+  /// A value handler as a handler block: `handler` gets the event's data, read by `read` from
+  /// this state (no closure of its own around the two).
+  func valueBlock(
+    _ handler: @escaping @Sendable (UInt) -> Void, read: @escaping @Sendable (SourceState) -> UInt
+  ) -> @convention(block) () -> Void {
+    return { [self] in
+      let word = target.load(ordering: .relaxed)
+      let queue = OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped
+      withFrame(queue: queue, flags: word & frameExclusive) { handler(read(self)) }
+    }
+  }
+
+  // MARK: Cancellation
+
+  /// Records the user's cancel handler, installing the cancel block if it is not yet.
+  func setCancelHandler(_ handler: Source.CancelHandler) {
+    let install = locked.withLock { locked in
+      locked.cancel = handler
+      defer { locked.cancelInstalled = true }
+      return !locked.cancelInstalled
+    }
+    if install { installCancelBlock() }
+  }
+
+  /// Sets the package's hook run after the user's cancel handler, installing the cancel block if it
+  /// is not yet.
+  func setCancelHook(_ hook: @escaping @Sendable () -> Void) {
+    let install = locked.withLock { locked in
+      locked.madeHooks().cancelHook = hook
+      defer { locked.cancelInstalled = true }
+      return !locked.cancelInstalled
+    }
+    if install { installCancelBlock() }
+  }
+
+  /// The one cancel handler libdispatch sees: the user's, then the package's hook and cleanup.
+  func installCancelBlock() {
+    Libdispatch.source_set_cancel_handler(raw, block { [self] in cancelCallout() })
+  }
+
+  /// The cancel block's work. A registration that never ran (the source was cancelled first): its
+  /// hook ends the start's wait, and neither closure may stay here (libdispatch frees the C block,
+  /// not the closures, and a hook holds the source); taken outside the lock, before the rest.
+  func cancelCallout() {
+    // The user's registration handler never runs then (as in C): released here, outside the lock.
+    let ((_, registrationHook), sendOn) = locked.withLock { locked in
+      (locked.takeRegistration(), locked.startsRegistered)
+    }
+    registrationHook?()
+    if sendOn && Registration.isCurrent { sendToTarget { [self] in cancelHandlers() } } else { cancelHandlers() }
+  }
+
+  /// The user's cancel handler, then the package's hook and cleanup (the cleanup first when
+  /// `owner.cleanupFirst`).
+  func cancelHandlers() {
+    let cleanup = owner?.cleanup
+    let cleanupFirst = owner?.cleanupFirst ?? false
+    if cleanupFirst { cleanup?() }
+    call(
+      locked.withLock { locked in
+        defer { locked.cancel = .none }
+        return locked.cancel
+      })
+    locked.withLock { locked -> (@Sendable () -> Void)? in
+      defer { locked.hooks?.cancelHook = nil }
+      return locked.hooks?.cancelHook
+    }?()
+    if !cleanupFirst { cleanup?() }
+  }
+
+  // MARK: Registration
+
+  /// Records the user's registration handler, or the package's hook, and installs a registration
+  /// block that runs both, the package's first, once: the hook ends a start's wait (and the
+  /// source's stay on `Registration.queue`), then the user's handler runs on the source's queue.
+  /// Installed on every call, as the C function is: libdispatch runs a block set after
+  /// registration at once.
+  func setRegistration(handler: Source.CancelHandler? = nil, hook: (@Sendable () -> Void)? = nil) {
+    locked.withLock { locked in
+      if let handler { locked.madeHooks().registration = handler }
+      if let hook { locked.madeHooks().registrationHook = hook }
+    }
+    Libdispatch.source_set_registration_handler(
+      raw,
+      block { [self] in
+        let ((handler, hook), sendOn) = locked.withLock { locked in
+          (locked.takeRegistration(), locked.startsRegistered)
+        }
+        hook?()
+        if case .none = handler { return }
+        if sendOn && Registration.isCurrent { sendToTarget { [self] in call(handler) } } else { call(handler) }
+      })
+  }
+
+  /// Opens the registration window of a source `Source.startRegistered` starts (before it is
+  /// activated): `setTarget(_:)` only records the queue until `endRegistration`.
+  func startRegistering() {
+    locked.withLock { locked in
+      locked.registering = true
+      locked.startsRegistered = true
+    }
+  }
+
+  /// The registration window closes: the C target becomes the recorded queue again (the user's, or
+  /// the last `setTarget(_:)`'s). Called once, by the registration hook. libdispatch applies a new
+  /// target of a source it is running at the end of the current handler call, and counts it as
+  /// deprecated use (it logs it once per process, and stops one run with `LIBDISPATCH_STRICT=1`):
+  /// a source whose queue is the default global queue stays on the registration queue instead,
+  /// which is equivalent for it (a serial queue of the default QoS that runs only the package's
+  /// handlers; the user's are sent on to the global queue).
+  func endRegistration() {
+    locked.withLock { locked in
+      locked.registering = false
+      if locked.queue !== Queue.global() { Libdispatch.set_target_queue(raw, locked.queue.raw) }
+    }
+  }
+
+  /// Whether the registration window is open (tests).
+  var isRegistering: Bool { locked.withLock { $0.registering } }
+
+  /// Runs `body` on the source's queue, inside its frame, with the C source kept until it has run.
+  ///
+  /// Called from a registration or cancel block running on `Registration.queue`, where the C
+  /// source holds `Registration.queue`, not the source's queue, and the `Source` may be gone: the
+  /// queue comes from `locked.queue`, which this state holds as long as its blocks live, and the
+  /// send block holds it too (`RegistrationTests.droppedWithItsQueue`).
+  func sendToTarget(_ body: @escaping @Sendable () -> Void) {
+    let queue = self.queue
+    Libdispatch.retain(raw)
+    Libdispatch.async_block(queue.raw) { [raw, queue] in
+      withFrame(queue: queue.raw, flags: queue.flags & frameExclusive, body)
+      Libdispatch.release(raw)
+    }
+  }
+
+  /// Calls the user's handler (a C function gets the source's context).
+  func call(_ handler: Source.CancelHandler) {
+    switch handler {
+    case .none: break
+    case .closure(let closure): closure()
+    case .function(let function): function(Libdispatch.get_context(raw))
+    }
+  }
+}
+
+/// The package's own work around a source of its own kinds (a watcher that starts with it, a
+/// descriptor or a watch to give back at cancellation): immutable, nil for a plain source.
+@usableFromInline
+final class SourceOwner: Sendable {
+  /// Run once at cancellation, after the user's cancel handler (or before it, when `cleanupFirst`).
+  let cleanup: (@Sendable () -> Void)?
+  /// Whether `cleanup` runs before the user's cancel handler: work that needs the user's
+  /// descriptor still open (a nest's `EPOLL_CTL_DEL`), which the user closes in that handler.
+  let cleanupFirst: Bool
+  /// Called once when the source is first started (before activation).
+  @usableFromInline let onActivate: (@Sendable () -> Void)?
+
+  init(cleanup: (@Sendable () -> Void)?, cleanupFirst: Bool, onActivate: (@Sendable () -> Void)?) {
+    self.cleanup = cleanup
+    self.cleanupFirst = cleanupFirst
+    self.onActivate = onActivate
+  }
+}
