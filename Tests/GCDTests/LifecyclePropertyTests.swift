@@ -10,8 +10,8 @@ import Testing
 #endif
 
 /// The life cycle under concurrency: random interleavings of `suspend`,
-/// `resume`, `cancel`, merges and the final drop, from several threads at
-/// once, on real sources, checked against the model of `LifecycleTests`
+/// `resume`, `cancel`, merges, a new event handler, a new target and the final drop, from several
+/// threads at once, on real sources (half of them making the source's state in that race), checked against the model of `LifecycleTests`
 /// (each thread balances only its own suspensions, as a correct program
 /// does). Failures print the seed; `GCD_PROPERTY_SEED` replays one.
 extension LifecycleTests {
@@ -57,15 +57,23 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
     let threadSeeds = (0..<3).map { _ in random.next() }
     let outstanding = Atomic(0)
     let cancelled = Atomic(false)
+    // Half the rounds make the source's state (`Source.state`) before the threads run; the rest
+    // leave its first use to them (setEventHandler and setTarget racing to make it).
+    let lazyState = Bool.random(using: &random)
+    let handlerSet = Atomic(!lazyState)
+    let queues = [Queue(label: "interleave.\(round).a"), Queue(label: "interleave.\(round).b")]
     do {
-      let source = DataAddSource(queue: Queue(label: "interleave.\(round)"))
+      let source = DataAddSource(queue: queues[0])
       source.context = Unmanaged.passRetained(observed).toOpaque()
       source.setFinalizer(recordRelease)
-      source.setEventHandler { [observed] in
+      let handler: @Sendable () -> Void = { [observed] in
         observed.events.increment()
         if observed.cancels.current > 0 { observed.eventsAfterCancel.increment() }
       }
-      source.setCancelHandler { [observed] in observed.cancels.increment() }
+      if !lazyState {
+        source.setEventHandler(handler)
+        source.setCancelHandler { [observed] in observed.cancels.increment() }
+      }
       if startFirst { source.resume() }
       let threads = Group()
       for threadSeed in threadSeeds {
@@ -85,6 +93,12 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
                 cancelled.store(true, ordering: .relaxed)
                 source.cancel()
               }
+            case 7:
+              // A new handler, the same count: the state's handler block replaced while it runs.
+              source.setEventHandler(handler)
+              handlerSet.store(true, ordering: .relaxed)
+            case 8:
+              source.setTarget(queues[Int(random.next() % 2)])
             default:
               source.merge(1)
             }
@@ -107,7 +121,9 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
         source.isSuspended == (!isCancelled && suspensions > 0),
         "seed \(seed) round \(round): isSuspended \(source.isSuspended), model: cancelled \(isCancelled), \(suspensions) suspensions"
       )
-      if !isCancelled && suspensions == 0 && startFirst {
+      childCheck(
+        queues.contains { $0 === source.queue }, "seed \(seed) round \(round): the source's queue is not one it was given")
+      if !isCancelled && suspensions == 0 && startFirst && handlerSet.load(ordering: .relaxed) {
         // Balanced and started: it must deliver.
         let before = observed.events.current
         source.merge(1)
@@ -120,7 +136,8 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
     childCheck(
       observed.released.wait(timeout: .seconds(30)), "seed \(seed) round \(round): the C source was never freed")
     childCheck(
-      observed.cancels.current == 1, "seed \(seed) round \(round): \(observed.cancels.current) cancel handler runs")
+      observed.cancels.current == (lazyState ? 0 : 1),
+      "seed \(seed) round \(round): \(observed.cancels.current) cancel handler runs")
     childCheck(
       observed.eventsAfterCancel.current == 0,
       "seed \(seed) round \(round): an event handler ran after the cancel handler")

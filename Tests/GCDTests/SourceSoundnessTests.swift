@@ -51,6 +51,35 @@ extension SourceLifecycleTests {
   }
 }
 
+extension SourceLifecycleTests {
+  @Test("the state's first use on two threads at once makes one state, which both get")
+  func stateMadeOnce() {
+    let rounds = runningUnderSanitizer ? 200 : 2_000
+    let queues = [Queue(label: "state.first.0"), Queue(label: "state.first.1")]
+    var split = 0
+    for _ in 0..<rounds {
+      let source = DataAddSource(queue: .global())
+      let seen = Mutex<[ObjectIdentifier]>([])
+      let ready = Atomic(0)
+      let done = Group()
+      for queue in queues {
+        // A created serial queue each: a thread of its own, so neither spins waiting for the other.
+        done.async(on: queue) {
+          ready.add(1, ordering: .relaxed)
+          while ready.load(ordering: .relaxed) < 2 {}
+          let state = source.state
+          seen.withLock { $0.append(ObjectIdentifier(state)) }
+        }
+      }
+      #expect(blocking { done.wait(timeout: .seconds(30)) })
+      let identities = seen.withLock { $0 }
+      if Set(identities).count != 1 { split += 1 }
+      #expect(ObjectIdentifier(source.state) == identities.first)
+    }
+    #expect(split == 0, "\(split) of \(rounds) rounds made two states")
+  }
+}
+
 extension SourceEventsTests {
   @Test("two sequences starting one source at the same moment: exactly one starts it, the other fails with EBUSY")
   func racingStarts() async {
