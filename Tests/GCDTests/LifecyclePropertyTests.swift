@@ -122,7 +122,8 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
         "seed \(seed) round \(round): isSuspended \(source.isSuspended), model: cancelled \(isCancelled), \(suspensions) suspensions"
       )
       childCheck(
-        queues.contains { $0 === source.queue }, "seed \(seed) round \(round): the source's queue is not one it was given")
+        queues.contains { $0 === source.queue },
+        "seed \(seed) round \(round): the source's queue is not one it was given")
       if !isCancelled && suspensions == 0 && startFirst && handlerSet.load(ordering: .relaxed) {
         // Balanced and started: it must deliver.
         let before = observed.events.current

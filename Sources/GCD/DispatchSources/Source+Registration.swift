@@ -60,7 +60,7 @@ extension Source {
         state.endRegistration()
         registered.leave()
       })
-      source.owner?.onActivate?()
+      source.runStartHook()
       Libdispatch.activate(source.raw)
     }
     _ = Libdispatch.group_wait(registered.raw, Libdispatch.timeForever)

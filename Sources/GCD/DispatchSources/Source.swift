@@ -42,8 +42,9 @@ public class Source: GCDObject, @unchecked Sendable {
   /// `deinit`. An unmanaged word rather than `AtomicLazyReference`, whose generic `load()` is not
   /// specialized here and looked its metadata up on every call (callgrind: 300 instructions a timer).
   final let stateWord: Atomic<Unmanaged<SourceState>?>
-  /// The package's own work around the source (a watcher's start, a cleanup), or nil.
-  @usableFromInline final let owner: SourceOwner?
+  /// Whether the source has the package's start hook (`OwnedSourceState.onActivate`): its first
+  /// start runs it, so it never takes `resume()`'s fast path.
+  @usableFromInline final let hasStartHook: Bool
 
   /// Creates a C source, inactive, whose handlers run on `queue`.
   ///
@@ -111,13 +112,19 @@ public class Source: GCDObject, @unchecked Sendable {
   ) {
     lifecycle = Atomic(.inactive)
     createdQueue = queue
-    stateWord = Atomic(nil)
-    owner =
-      ownedCleanup == nil && onActivate == nil
-      ? nil : SourceOwner(cleanup: ownedCleanup, cleanupFirst: cleanupFirst, onActivate: onActivate)
-    super.init(raw: created)
-    // A cleanup must run however the source ends: its cancel block is installed at once.
-    if ownedCleanup != nil { state.installCancelBlock() }
+    hasStartHook = onActivate != nil
+    if ownedCleanup == nil && onActivate == nil {
+      stateWord = Atomic(nil)
+      super.init(raw: created)
+    } else {
+      // The package's own kinds: their state at once, and their cleanup runs however the source
+      // ends, so its cancel block is installed now.
+      let state = OwnedSourceState(
+        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: cleanupFirst, onActivate: onActivate)
+      stateWord = Atomic(Unmanaged.passRetained(state))
+      super.init(raw: created)
+      if ownedCleanup != nil { state.installCancelBlock() }
+    }
   }
 
   /// Leaves the C source in a state libdispatch can release (cancelled,
@@ -280,12 +287,18 @@ public class Source: GCDObject, @unchecked Sendable {
 
   /// `state`'s first use: one compare-and-swap installs it.
   final func makeState() -> SourceState {
-    let made = Unmanaged.passRetained(SourceState(raw: raw, queue: createdQueue, owner: owner))
+    let made = Unmanaged.passRetained(SourceState(raw: raw, queue: createdQueue))
     let (exchanged, current) = stateWord.compareExchange(
       expected: nil, desired: made, ordering: .acquiringAndReleasing)
     if exchanged { return made.takeUnretainedValue() }
     made.release()
     return current.unsafelyUnwrapped.takeUnretainedValue()
+  }
+
+  /// The package's start hook (a watcher's start), before the first activation; nothing for a
+  /// source without one.
+  final func runStartHook() {
+    if hasStartHook { state.startHook() }
   }
 
   final func setCancelHandler(_ handler: CancelHandler) {
@@ -305,7 +318,7 @@ public class Source: GCDObject, @unchecked Sendable {
   public final func resume() {
     // The common first start (inactive -> active, `.activate`), as one
     // compare-and-swap; every other case goes through the machine.
-    if owner == nil
+    if !hasStartHook
       && lifecycle.compareExchange(expected: .inactive, desired: .active, ordering: .acquiringAndReleasing).exchanged
     {
       Libdispatch.activate(raw)
@@ -319,7 +332,7 @@ public class Source: GCDObject, @unchecked Sendable {
   @usableFromInline
   final func resumeThroughLifecycle() {
     let action = lifecycle.update { $0.resume(starts: true) }
-    if action == .activate { owner?.onActivate?() }
+    if action == .activate { runStartHook() }
     if let misuse = action.perform(on: raw) { unbalancedResume(misuse) }
   }
 

@@ -223,7 +223,7 @@ final class EventsStorage<Element: Sendable>: Sendable {
     } else {
       // What arrives before the source registers waits for it (see `losesEventsBeforeRegistration`):
       // no wait, and the source registers on its own queue, as any source does.
-      source.owner?.onActivate?()
+      source.runStartHook()
       Libdispatch.activate(source.raw)
     }
   }

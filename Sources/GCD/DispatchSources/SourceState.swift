@@ -11,7 +11,7 @@ import Synchronization
 /// | `locked.cancel`, `cancelInstalled` | the user's cancel handler | `setCancelHandler` | the cancel block, once | the lock |
 /// | `locked.registering`, `startsRegistered` | a signal sequence's registration window | `Source.startRegistered`, its registration | `setTarget(_:)`, the blocks | the lock |
 /// | `locked.hooks` | the registration handler, the package's registration and cancel hooks | `setRegistrationHandler`, a sequence's start | the registration and cancel blocks, once | the lock |
-/// | `owner` | the package's own work (a watcher's start, a descriptor's cleanup) | `init` | `resume`, the cancel block | immutable |
+/// | `OwnedSourceState`'s fields | the package's own work (a watcher's start, a descriptor's cleanup) | `init` | `resume`, the cancel block | immutable |
 ///
 /// Held by the `Source` and by its handler blocks, never by the C source alone: a source whose
 /// handlers are set is still released when its last reference goes (no cycle), and a block that
@@ -21,16 +21,14 @@ import Synchronization
 ///
 /// Every block captures this one object and the user's closure; every hook is taken out under the
 /// lock and run outside it, once.
-final class SourceState: Sendable {
+class SourceState: @unchecked Sendable {
   /// The C source, not retained: the blocks that use it run while libdispatch holds the source.
-  nonisolated(unsafe) let raw: OpaquePointer
+  nonisolated(unsafe) final let raw: OpaquePointer
   /// The target queue and its frame flags in one word (the queue's address with `frameExclusive`
   /// in bit 0, free in an object's address), so a handler starting during `setTarget` reads the
   /// old pair or the new pair, never the new queue with the old flag. Relaxed: the queue it names
   /// is held by `locked.queue` and by libdispatch's target reference.
-  let target: Atomic<UInt>
-  /// The package's own work around the source, or nil.
-  let owner: SourceOwner?
+  final let target: Atomic<UInt>
 
   /// The rarer handlers the blocks call, each taken (and cleared) by the block that runs it, once:
   /// a box of their own, touched only under the lock, so that a source that has none (most) does
@@ -78,14 +76,20 @@ final class SourceState: Sendable {
   }
 
   /// The one lock: every field but the two words.
-  let locked: Mutex<Locked>
+  final let locked: Mutex<Locked>
 
-  init(raw: OpaquePointer, queue: Queue, owner: SourceOwner?) {
+  init(raw: OpaquePointer, queue: Queue, cancelInstalled: Bool = false) {
     self.raw = raw
     target = Atomic(SourceState.targetWord(queue))
-    self.owner = owner
-    locked = Mutex(Locked(queue: queue, cancelInstalled: owner?.cleanup != nil))
+    locked = Mutex(Locked(queue: queue, cancelInstalled: cancelInstalled))
   }
+
+  /// The package's cleanup at cancellation, `first` before the user's cancel handler or after it
+  /// (none for a plain source: `OwnedSourceState` overrides it).
+  func cleanup(first: Bool) {}
+
+  /// The package's start hook, before the first activation (none for a plain source).
+  func startHook() {}
 
   /// The queue's address and its exclusive bit as one word.
   static func targetWord(_ queue: Queue) -> UInt {
@@ -166,12 +170,10 @@ final class SourceState: Sendable {
     if sendOn && Registration.isCurrent { sendToTarget { [self] in cancelHandlers() } } else { cancelHandlers() }
   }
 
-  /// The user's cancel handler, then the package's hook and cleanup (the cleanup first when
-  /// `owner.cleanupFirst`).
-  func cancelHandlers() {
-    let cleanup = owner?.cleanup
-    let cleanupFirst = owner?.cleanupFirst ?? false
-    if cleanupFirst { cleanup?() }
+  /// The user's cancel handler, then the package's hook and cleanup (the cleanup first when the
+  /// owner asks: `OwnedSourceState.cleanupFirst`).
+  final func cancelHandlers() {
+    cleanup(first: true)
     call(
       locked.withLock { locked in
         defer { locked.cancel = .none }
@@ -181,7 +183,7 @@ final class SourceState: Sendable {
       defer { locked.hooks?.cancelHook = nil }
       return locked.hooks?.cancelHook
     }?()
-    if !cleanupFirst { cleanup?() }
+    cleanup(first: false)
   }
 
   // MARK: Registration
@@ -259,21 +261,32 @@ final class SourceState: Sendable {
   }
 }
 
-/// The package's own work around a source of its own kinds (a watcher that starts with it, a
-/// descriptor or a watch to give back at cancellation): immutable, nil for a plain source.
-@usableFromInline
-final class SourceOwner: Sendable {
+/// The state of a source of the package's own kinds, with the work it does around the source (a
+/// watcher that starts with it, a descriptor or a watch to give back at cancellation): made with
+/// the source, its cancel block installed at once. A subclass, so that a plain source's state does
+/// not carry these fields, and these sources do not pay an object more for them.
+final class OwnedSourceState: SourceState, @unchecked Sendable {
   /// Run once at cancellation, after the user's cancel handler (or before it, when `cleanupFirst`).
-  let cleanup: (@Sendable () -> Void)?
-  /// Whether `cleanup` runs before the user's cancel handler: work that needs the user's
+  let ownedCleanup: (@Sendable () -> Void)?
+  /// Whether `ownedCleanup` runs before the user's cancel handler: work that needs the user's
   /// descriptor still open (a nest's `EPOLL_CTL_DEL`), which the user closes in that handler.
   let cleanupFirst: Bool
   /// Called once when the source is first started (before activation).
-  @usableFromInline let onActivate: (@Sendable () -> Void)?
+  let onActivate: (@Sendable () -> Void)?
 
-  init(cleanup: (@Sendable () -> Void)?, cleanupFirst: Bool, onActivate: (@Sendable () -> Void)?) {
-    self.cleanup = cleanup
+  init(
+    raw: OpaquePointer, queue: Queue, cleanup: (@Sendable () -> Void)?, cleanupFirst: Bool,
+    onActivate: (@Sendable () -> Void)?
+  ) {
+    ownedCleanup = cleanup
     self.cleanupFirst = cleanupFirst
     self.onActivate = onActivate
+    super.init(raw: raw, queue: queue, cancelInstalled: cleanup != nil)
   }
+
+  override func cleanup(first: Bool) {
+    if first == cleanupFirst { ownedCleanup?() }
+  }
+
+  override func startHook() { onActivate?() }
 }
