@@ -1,5 +1,6 @@
 import Dispatch
 import GCD
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -65,6 +66,14 @@ func sourceBenchmarks(_ c: CLibrary?, fixtures: SourceFixtures) -> [Benchmark] {
     cycle(
       "timer", { TimerSource(queue: $0) },
       .run { dispatchSourceCycle($0) { DispatchSource.makeTimerSource(queue: $0) } }),
+    Benchmark(
+      name: "source_timer_handlers",
+      title: "timer source with an event and a cancel handler: create + set both + resume + cancel + release",
+      count: 20_000,
+      runners: [
+        .c: c.runner("source_timer_handlers"), .gcd: .run(gcdTimerHandlersCycle),
+        .dispatch: .run(dispatchTimerHandlersCycle),
+      ]),
     cycle(
       "read", closing: true, { try ReadSource(fileDescriptor: fixtures.readEnd, queue: $0) },
       .run { dispatchSourceCycle($0) { DispatchSource.makeReadSource(fileDescriptor: fixtures.readEnd, queue: $0) } }),
@@ -230,6 +239,44 @@ func dispatchSourceCycle(_ count: Int, _ make: (DispatchQueue) -> any DispatchSo
     source.cancel()
   }
   escape(nil)
+  queue.sync {}
+  return Sample(start: start, end: monotonicNanos(), count: count)
+}
+
+/// What the handlers of `source_timer_handlers` count: the one object each handler captures.
+final class HandlerCounts: Sendable {
+  let fired = Atomic(0)
+  let cancelled = Atomic(0)
+}
+
+@inline(never)
+func gcdTimerHandlersCycle(_ count: Int) -> Sample {
+  let queue = Queue(label: "bench.source")
+  let counts = HandlerCounts()
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    let source = TimerSource(queue: queue)
+    source.setEventHandler { counts.fired.add(1, ordering: .relaxed) }
+    source.setCancelHandler { counts.cancelled.add(1, ordering: .relaxed) }
+    source.resume()
+    source.cancel()
+  }
+  queue.sync {}
+  return Sample(start: start, end: monotonicNanos(), count: count)
+}
+
+@inline(never)
+func dispatchTimerHandlersCycle(_ count: Int) -> Sample {
+  let queue = DispatchQueue(label: "bench.source")
+  let counts = HandlerCounts()
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    let source = DispatchSource.makeTimerSource(queue: queue)
+    source.setEventHandler { counts.fired.add(1, ordering: .relaxed) }
+    source.setCancelHandler { counts.cancelled.add(1, ordering: .relaxed) }
+    source.resume()
+    source.cancel()
+  }
   queue.sync {}
   return Sample(start: start, end: monotonicNanos(), count: count)
 }

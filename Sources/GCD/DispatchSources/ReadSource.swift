@@ -58,16 +58,16 @@ public final class ReadSource: Source, @unchecked Sendable {
       descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
     self.nest = nest
-    super.init(created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true)
+    // `data` in a handler: the estimate from the descriptor (the nest), without the source.
+    var estimate: (@Sendable () -> UInt)?
+    if let nest { estimate = { nest.estimate } }
+    super.init(
+      created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true, estimate: estimate)
   }
 
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
   let nest: EpollNest?
 
-  /// `data` in a handler: the estimate from the descriptor (the nest), without the source.
-  override var dataReader: @Sendable (SourceState) -> UInt {
-    { [nest] state in nest?.estimate ?? Libdispatch.source_get_data(state.raw) }
-  }
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.
   public var bytesAvailable: Int { Int(clamping: data) }

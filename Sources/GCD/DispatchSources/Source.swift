@@ -108,7 +108,7 @@ public class Source: GCDObject, @unchecked Sendable {
   init(
     created: OpaquePointer, queue: Queue,
     ownedCleanup: (@Sendable () -> Void)? = nil, cleanupFirst: Bool = false,
-    onActivate: (@Sendable () -> Void)? = nil
+    onActivate: (@Sendable () -> Void)? = nil, estimate: (@Sendable () -> UInt)? = nil
   ) {
     lifecycle = Atomic(.inactive)
     createdQueue = queue
@@ -120,7 +120,8 @@ public class Source: GCDObject, @unchecked Sendable {
       // The package's own kinds: their state at once, and their cleanup runs however the source
       // ends, so its cancel block is installed now.
       let state = OwnedSourceState(
-        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: cleanupFirst, onActivate: onActivate)
+        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: cleanupFirst, onActivate: onActivate,
+        estimate: estimate)
       stateWord = Atomic(Unmanaged.passRetained(state))
       super.init(raw: created)
       if ownedCleanup != nil { state.installCancelBlock() }
@@ -177,18 +178,10 @@ public class Source: GCDObject, @unchecked Sendable {
   }
 
   /// Sets `handler` as the event handler, called with the event's data as
-  /// `data` reads it (`dataReader`), so the handler never holds the source.
+  /// `data` reads it (`SourceState.eventData`), so the handler never holds the source.
   /// What each type's `setEventHandler { value in }` calls.
   final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    Libdispatch.source_set_event_handler(raw, state.valueBlock(handler, read: dataReader))
-  }
-
-  /// Reads `data` in a handler without the wrapper: the C source's pending
-  /// data (libdispatch holds the C source while its handler runs; the
-  /// state, held by the block, holds the pointer). Read and write
-  /// sources override it with their estimate.
-  var dataReader: @Sendable (SourceState) -> UInt {
-    { Libdispatch.source_get_data($0.raw) }
+    Libdispatch.source_set_event_handler(raw, state.valueBlock(handler))
   }
 
   /// Sets a C function as the event handler; it is called with `context`,

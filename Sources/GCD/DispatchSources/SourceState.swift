@@ -109,26 +109,32 @@ class SourceState: @unchecked Sendable {
     }
   }
 
-  /// A closure as a handler block that runs inside a frame of the target queue.
-  func block(_ handler: @escaping @Sendable () -> Void) -> @convention(block) () -> Void {
-    return { [self] in
-      let word = target.load(ordering: .relaxed)
-      let queue = OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped
-      withFrame(queue: queue, flags: word & frameExclusive, handler)
-    }
+  /// Runs `body` inside a frame of the target queue, read from `target` as one word.
+  @inline(__always)
+  final func inTargetFrame(_ body: () -> Void) {
+    let word = target.load(ordering: .relaxed)
+    withFrame(
+      queue: OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped, flags: word & frameExclusive, body)
   }
 
-  /// A value handler as a handler block: `handler` gets the event's data, read by `read` from
-  /// this state (no closure of its own around the two).
-  func valueBlock(
-    _ handler: @escaping @Sendable (UInt) -> Void, read: @escaping @Sendable (SourceState) -> UInt
-  ) -> @convention(block) () -> Void {
-    return { [self] in
-      let word = target.load(ordering: .relaxed)
-      let queue = OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped
-      withFrame(queue: queue, flags: word & frameExclusive) { handler(read(self)) }
-    }
+  /// A closure as a handler block that runs inside a frame of the target queue.
+  ///
+  /// The blocks of this file capture the state and at most the user's closure: a block that
+  /// captures one object alone costs no closure context (Swift passes the object as the context),
+  /// only libdispatch's copy of the block.
+  final func block(_ handler: @escaping @Sendable () -> Void) -> @convention(block) () -> Void {
+    return { [self] in inTargetFrame(handler) }
   }
+
+  /// A value handler as a handler block: `handler` gets the event's data (`eventData`).
+  final func valueBlock(_ handler: @escaping @Sendable (UInt) -> Void) -> @convention(block) () -> Void {
+    return { [self] in inTargetFrame { handler(eventData()) } }
+  }
+
+  /// `data` in a handler: the C source's pending data (libdispatch holds the C source while its
+  /// handler runs; the block holds this state, which holds the pointer). A read or write source on
+  /// a nest overrides it with its estimate (`OwnedSourceState`).
+  func eventData() -> UInt { Libdispatch.source_get_data(raw) }
 
   // MARK: Cancellation
 
@@ -154,8 +160,8 @@ class SourceState: @unchecked Sendable {
   }
 
   /// The one cancel handler libdispatch sees: the user's, then the package's hook and cleanup.
-  func installCancelBlock() {
-    Libdispatch.source_set_cancel_handler(raw, block { [self] in cancelCallout() })
+  final func installCancelBlock() {
+    Libdispatch.source_set_cancel_handler(raw) { [self] in inTargetFrame { cancelCallout() } }
   }
 
   /// The cancel block's work. A registration that never ran (the source was cancelled first): its
@@ -198,16 +204,17 @@ class SourceState: @unchecked Sendable {
       if let handler { locked.madeHooks().registration = handler }
       if let hook { locked.madeHooks().registrationHook = hook }
     }
-    Libdispatch.source_set_registration_handler(
-      raw,
-      block { [self] in
-        let ((handler, hook), sendOn) = locked.withLock { locked in
-          (locked.takeRegistration(), locked.startsRegistered)
-        }
-        hook?()
-        if case .none = handler { return }
-        if sendOn && Registration.isCurrent { sendToTarget { [self] in call(handler) } } else { call(handler) }
-      })
+    Libdispatch.source_set_registration_handler(raw) { [self] in inTargetFrame { registrationCallout() } }
+  }
+
+  /// The registration block's work: the package's hook, then the user's handler, each once.
+  final func registrationCallout() {
+    let ((handler, hook), sendOn) = locked.withLock { locked in
+      (locked.takeRegistration(), locked.startsRegistered)
+    }
+    hook?()
+    if case .none = handler { return }
+    if sendOn && Registration.isCurrent { sendToTarget { [self] in call(handler) } } else { call(handler) }
   }
 
   /// Opens the registration window of a source `Source.startRegistered` starts (before it is
@@ -274,10 +281,14 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
   /// Called once when the source is first started (before activation).
   let onActivate: (@Sendable () -> Void)?
 
+  /// The estimate a read or write source on a nest gives as `data` (the nest's), or nil.
+  let estimate: (@Sendable () -> UInt)?
+
   init(
     raw: OpaquePointer, queue: Queue, cleanup: (@Sendable () -> Void)?, cleanupFirst: Bool,
-    onActivate: (@Sendable () -> Void)?
+    onActivate: (@Sendable () -> Void)?, estimate: (@Sendable () -> UInt)? = nil
   ) {
+    self.estimate = estimate
     ownedCleanup = cleanup
     self.cleanupFirst = cleanupFirst
     self.onActivate = onActivate
@@ -289,4 +300,6 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
   }
 
   override func startHook() { onActivate?() }
+
+  override func eventData() -> UInt { estimate?() ?? Libdispatch.source_get_data(raw) }
 }

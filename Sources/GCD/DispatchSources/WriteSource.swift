@@ -31,10 +31,6 @@ public final class WriteSource: Source, @unchecked Sendable {
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
   let nest: EpollNest?
 
-  /// `data` in a handler: the estimate from the descriptor (the nest), without the source.
-  override var dataReader: @Sendable (SourceState) -> UInt {
-    { [nest] state in nest?.estimate ?? Libdispatch.source_get_data(state.raw) }
-  }
 
   /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source
   /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
@@ -72,7 +68,11 @@ public final class WriteSource: Source, @unchecked Sendable {
       descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
     self.nest = nest
-    super.init(created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true)
+    // `data` in a handler: the estimate from the descriptor (the nest), without the source.
+    var estimate: (@Sendable () -> UInt)?
+    if let nest { estimate = { nest.estimate } }
+    super.init(
+      created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true, estimate: estimate)
   }
 
   /// What libdispatch reports: the bytes still queued for sending on a socket (`SIOCOUTQ`), 1 for
