@@ -31,7 +31,6 @@ public final class WriteSource: Source, @unchecked Sendable {
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
   let nest: EpollNest?
 
-
   /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source
   /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
