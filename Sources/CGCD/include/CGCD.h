@@ -265,14 +265,15 @@ extern void cgcd_barrier_async_block(void *queue, cgcd_block_t block) __asm__("d
 extern void cgcd_after_block(uint64_t when, void *queue, cgcd_block_t block) __asm__("dispatch_after");
 
 /// `dispatch_source_set_event_handler`, `_cancel_handler` and `_registration_handler`, taking the
-/// block as it is: through the dispatch headers' import, Swift wraps a block argument in a closure
-/// and that closure in a new block (two more allocations, 72 bytes, for every handler a source is
-/// given; measured with gdb on `malloc`, issue 26).
-extern void cgcd_source_set_event_handler(void *source, cgcd_block_t block)
+/// block as a pointer (a block is one): a block-typed parameter, from the dispatch headers or
+/// declared here, makes Swift wrap the block in a closure and that closure in a new block at the
+/// call (two more allocations, 72 bytes, for every handler a source is given; measured with gdb on
+/// `malloc`, issue 26). `Libdispatch` passes the block it holds; libdispatch copies (retains) it.
+extern void cgcd_source_set_event_handler(void *source, void *block)
     __asm__("dispatch_source_set_event_handler");
-extern void cgcd_source_set_cancel_handler(void *source, cgcd_block_t block)
+extern void cgcd_source_set_cancel_handler(void *source, void *block)
     __asm__("dispatch_source_set_cancel_handler");
-extern void cgcd_source_set_registration_handler(void *source, cgcd_block_t block)
+extern void cgcd_source_set_registration_handler(void *source, void *block)
     __asm__("dispatch_source_set_registration_handler");
 #endif
 

@@ -238,17 +238,26 @@ enum Libdispatch {
   ) {
     dispatch_source_set_timer(source, start, interval, leeway)
   }
-  static func source_set_event_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
-    cgcd_source_set_event_handler(UnsafeMutableRawPointer(source), handler)
+  static func source_set_event_handler(_ source: OpaquePointer, _ handler: @escaping Block) {
+    withExtendedLifetime(handler) {
+      cgcd_source_set_event_handler(UnsafeMutableRawPointer(source), blockPointer(handler))
+    }
   }
-
-  static func source_set_registration_handler(
-    _ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void
-  ) {
-    cgcd_source_set_registration_handler(UnsafeMutableRawPointer(source), handler)
+  static func source_set_registration_handler(_ source: OpaquePointer, _ handler: @escaping Block) {
+    withExtendedLifetime(handler) {
+      cgcd_source_set_registration_handler(UnsafeMutableRawPointer(source), blockPointer(handler))
+    }
   }
-  static func source_set_cancel_handler(_ source: OpaquePointer, _ handler: @escaping @convention(block) () -> Void) {
-    cgcd_source_set_cancel_handler(UnsafeMutableRawPointer(source), handler)
+  static func source_set_cancel_handler(_ source: OpaquePointer, _ handler: @escaping Block) {
+    withExtendedLifetime(handler) {
+      cgcd_source_set_cancel_handler(UnsafeMutableRawPointer(source), blockPointer(handler))
+    }
+  }
+  /// The block itself, as the pointer it is (unretained: the caller keeps `block` alive across the
+  /// C call, which copies it).
+  @inline(__always)
+  static func blockPointer(_ block: @escaping Block) -> UnsafeMutableRawPointer {
+    unsafeBitCast(block, to: UnsafeMutableRawPointer.self)
   }
 }
 
