@@ -225,6 +225,34 @@ struct FileSystemSourceTests {
     second.cancel()
   }
 
+  @Test("three sources on one file: the middle one and the newest go, the oldest still sees its events")
+  func threeSourcesOnOneFileLoseTwo() throws {
+    let directory = TemporaryDirectory()
+    let path = directory.file("shared3")
+    let sources = try (0..<3).map { index in
+      try FileSystemSource(path: path, events: .attrib, queue: Queue(label: "fs3-\(index)"))
+    }
+    let seen = (0..<3).map { _ in Recorder<UInt>() }
+    for (source, recorder) in zip(sources, seen) {
+      source.setEventHandler { (events: FileSystemEvents) in recorder.append(events.rawValue) }
+      source.resume()
+    }
+    #expect(chmod(path, 0o600) == 0)
+    #expect(pollUntil { seen.allSatisfy { $0.count >= 1 } })
+    // The newest registration is the first of the descriptor's list, the middle one inside it.
+    for index in [1, 2] {
+      let cancelled = Event()
+      sources[index].setCancelHandler { cancelled.signal() }
+      sources[index].cancel()
+      #expect(cancelled.wait())
+    }
+    let before = seen[0].count
+    #expect(chmod(path, 0o644) == 0)
+    #expect(pollUntil { seen[0].count > before })
+    #expect(seen[1].count == 1 && seen[2].count == 1)
+    sources[0].cancel()
+  }
+
   @Test func eventsBeforeResumeAreNotDelivered() throws {
     let directory = TemporaryDirectory()
     let path = directory.file("early")

@@ -16,15 +16,16 @@ import Synchronization
 /// merge those into their `FileSystemSource`'s DATA_OR source.
 ///
 /// inotify gives two registrations of the same inode the same watch
-/// descriptor; the table keeps a list of watches per descriptor, adds with
+/// descriptor; the table keeps a list of watches per descriptor (the first
+/// watch, each linking the next: no array per descriptor), adds with
 /// `IN_MASK_ADD` and removes the kernel watch only when its last entry goes.
 /// `IN_IGNORED` (file gone, file system unmounted, watch removed) retires
 /// a descriptor. Locks: the table's, then a watch's, never the other way.
 final class Inotify: Sendable {
   /// The inotify descriptor (`IN_NONBLOCK | IN_CLOEXEC`).
   let descriptor: Int32
-  /// Every registered watch by watch descriptor.
-  let table = Mutex<[Int32: [InotifyWatch]]>([:])
+  /// Every registered watch by watch descriptor: the first of its list (`InotifyWatch.next`).
+  let table = Mutex<[Int32: InotifyWatch]>([:])
   let queue: Queue
   /// The read source of `descriptor`, on `queue`: never cancelled (the
   /// instance lives as long as the process), and kept here so that it
@@ -87,7 +88,7 @@ final class Inotify: Sendable {
     }
     let mask = Inotify.kernelMask(for: events, isDirectory: status.isDirectory)
     do {
-      return try table.withLock { (table: inout [Int32: [InotifyWatch]]) throws(GCDError) -> InotifyWatch in
+      return try table.withLock { (table: inout [Int32: InotifyWatch]) throws(GCDError) -> InotifyWatch in
         // Through /proc/self/fd the watch is on exactly the inode the
         // descriptor holds, whatever happened to the name meanwhile.
         let wd = try checkedCall(operation + ": inotify_add_watch", detail: Inotify.explainAddWatch) {
@@ -96,7 +97,8 @@ final class Inotify: Sendable {
         let watch = InotifyWatch(
           center: self, wd: wd, events: events, pathDescriptor: pathDescriptor, isDirectory: status.isDirectory,
           target: target)
-        table[wd, default: []].append(watch)
+        watch.next = table[wd]
+        table[wd] = watch
         return watch
       }
     } catch {
@@ -121,14 +123,17 @@ final class Inotify: Sendable {
   /// registration on its descriptor.
   func unregister(_ watch: InotifyWatch, wd: Int32) {
     table.withLock { table in
-      guard wd >= 0, var list = table[wd], let index = list.firstIndex(where: { $0 === watch }) else { return }
-      list.remove(at: index)
-      if list.isEmpty {
-        table[wd] = nil
-        system_inotify_rm_watch(descriptor, wd)
+      guard wd >= 0, let first = table[wd] else { return }
+      if first === watch {
+        table[wd] = watch.next
+        if watch.next == nil { system_inotify_rm_watch(descriptor, wd) }
       } else {
-        table[wd] = list
+        var previous = first
+        while let current = previous.next, current !== watch { previous = current }
+        guard previous.next === watch else { return }
+        previous.next = watch.next
       }
+      watch.next = nil
     }
   }
 
@@ -152,19 +157,32 @@ final class Inotify: Sendable {
   }
 
   /// Routes one event (the table is locked).
-  private func route(wd: Int32, mask: UInt32, table: inout [Int32: [InotifyWatch]]) {
+  private func route(wd: Int32, mask: UInt32, table: inout [Int32: InotifyWatch]) {
     if mask & UInt32(IN_Q_OVERFLOW) != 0 {
       // Events were lost: compare every watch with what it saw last.
-      for list in table.values {
-        for watch in list { watch.recheck() }
+      for first in table.values {
+        var watch: InotifyWatch? = first
+        while let current = watch {
+          current.recheck()
+          watch = current.next
+        }
       }
       return
     }
-    guard let list = table[wd] else { return }
     let retired = mask & UInt32(IN_IGNORED) != 0
-    for watch in list { watch.handle(mask, retired: retired) }
-    // The kernel watch is gone: no more events for it, nothing to remove.
-    if retired { table[wd] = nil }
+    var watch = table[wd]
+    while let current = watch {
+      current.handle(mask, retired: retired)
+      watch = current.next
+    }
+    // The kernel watch is gone: no more events for it, nothing to remove; its list comes apart.
+    if retired {
+      var unlinked = table.removeValue(forKey: wd)
+      while let current = unlinked {
+        unlinked = current.next
+        current.next = nil
+      }
+    }
   }
 }
 
@@ -195,6 +213,10 @@ final class InotifyWatch: KernelWatcher {
   let isDirectory: Bool
   let target: MergeTarget
   let state: Mutex<State>
+  /// The next watch on the same watch descriptor. Read and written only under the center's table
+  /// lock (`register`, `unregister`, `route`): a watch unlinked while an event for its descriptor
+  /// is routed cannot be, as routing holds that lock too.
+  nonisolated(unsafe) var next: InotifyWatch?
 
   init(
     center: Inotify, wd: Int32, events: FileSystemEvents, pathDescriptor: Int32, isDirectory: Bool,
@@ -212,9 +234,12 @@ final class InotifyWatch: KernelWatcher {
     state.withLock { state in
       guard case .idle = state.phase else { return }
       let status = InotifyWatch.status(state.pathDescriptor)
+      // The path is kept only to find a rename the kernel's events missed (`recheck`): a readlink
+      // and a string less for a watch that does not ask for renames.
       state.phase = .running(
         Baseline(
-          size: status?.size ?? 0, links: status?.links ?? 0, path: InotifyWatch.path(state.pathDescriptor)))
+          size: status?.size ?? 0, links: status?.links ?? 0,
+          path: events.contains(.rename) ? InotifyWatch.path(state.pathDescriptor) : nil))
     }
   }
 
@@ -275,10 +300,12 @@ final class InotifyWatch: KernelWatcher {
       baseline.size = status.size
       baseline.links = status.links
       if status.links == 0 { flags.formUnion(InotifyWatch.markDeleted(&baseline, &state.pathDescriptor)) }
-      let path = InotifyWatch.path(state.pathDescriptor)
-      if path != baseline.path, path != nil {
-        flags.insert(.rename)
-        baseline.path = path
+      if events.contains(.rename) {
+        let path = InotifyWatch.path(state.pathDescriptor)
+        if path != baseline.path, path != nil {
+          flags.insert(.rename)
+          baseline.path = path
+        }
       }
       state.phase = .running(baseline)
       return flags
