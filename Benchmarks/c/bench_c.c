@@ -209,11 +209,19 @@ EXPORT double bench_c_merge(int64_t n, double *extra) {
 /// dispatch_source_create + dispatch_resume + dispatch_source_cancel +
 /// dispatch_release of a source of `type` on `handle`, `n` times, then a
 /// drain of the target queue.
-static double source_cycle(dispatch_source_type_t type, uintptr_t handle, int64_t n) {
+// `handlers`: give each source an event and a cancel handler first, as a C program writes them:
+// two blocks that capture a counter (each copied to the heap by libdispatch).
+static double source_cycle_handlers(dispatch_source_type_t type, uintptr_t handle, int64_t n, bool handlers) {
   dispatch_queue_t queue = dispatch_queue_create("bench.source", NULL);
+  __block int64_t fired = 0, cancelled = 0;
+  int64_t *firedCount = &fired, *cancelledCount = &cancelled;
   int64_t start = now_ns();
   for (int64_t i = 0; i < n; i++) {
     dispatch_source_t source = dispatch_source_create(type, handle, 0, queue);
+    if (handlers) {
+      dispatch_source_set_event_handler(source, ^{ (*firedCount)++; });
+      dispatch_source_set_cancel_handler(source, ^{ (*cancelledCount)++; });
+    }
     dispatch_resume(source);
     dispatch_source_cancel(source);
     dispatch_release(source);
@@ -223,6 +231,10 @@ static double source_cycle(dispatch_source_type_t type, uintptr_t handle, int64_
   int64_t end = now_ns();
   dispatch_release(queue);
   return per_op(start, end, n);
+}
+
+static double source_cycle(dispatch_source_type_t type, uintptr_t handle, int64_t n) {
+  return source_cycle_handlers(type, handle, n, false);
 }
 
 EXPORT double bench_c_source_timer(int64_t n, double *extra) {
@@ -230,27 +242,10 @@ EXPORT double bench_c_source_timer(int64_t n, double *extra) {
   return source_cycle(DISPATCH_SOURCE_TYPE_TIMER, 0, n);
 }
 
-// The life cycle of a timer with an event handler and a cancel handler, as a C program writes it:
-// two blocks that capture a counter (each copied to the heap by libdispatch).
+// The life cycle of a timer with an event handler and a cancel handler.
 EXPORT double bench_c_source_timer_handlers(int64_t n, double *extra) {
   (void)extra;
-  dispatch_queue_t queue = dispatch_queue_create("bench.source", NULL);
-  __block int64_t fired = 0, cancelled = 0;
-  int64_t *firedCount = &fired, *cancelledCount = &cancelled;
-  int64_t start = now_ns();
-  for (int64_t i = 0; i < n; i++) {
-    dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_TIMER, 0, 0, queue);
-    dispatch_source_set_event_handler(source, ^{ (*firedCount)++; });
-    dispatch_source_set_cancel_handler(source, ^{ (*cancelledCount)++; });
-    dispatch_resume(source);
-    dispatch_source_cancel(source);
-    dispatch_release(source);
-  }
-  dispatch_sync(queue, ^{
-  });
-  int64_t end = now_ns();
-  dispatch_release(queue);
-  return per_op(start, end, n);
+  return source_cycle_handlers(DISPATCH_SOURCE_TYPE_TIMER, 0, n, true);
 }
 
 EXPORT double bench_c_source_read(int64_t n, double *extra) {
