@@ -21,6 +21,10 @@ import Synchronization
 ///
 /// Every block captures this one object and the user's closure; every hook is taken out under the
 /// lock and run outside it, once.
+///
+/// `@unchecked Sendable` only because the class has its one subclass (`OwnedSourceState`), which
+/// the compiler's check does not allow: every stored property of both is immutable, atomic or
+/// behind `locked`.
 class SourceState: @unchecked Sendable {
   /// The C source, not retained: the blocks that use it run while libdispatch holds the source.
   nonisolated(unsafe) final let raw: OpaquePointer
