@@ -20,100 +20,104 @@ import Testing
 struct RegistrationTests {
   @Test("SignalSource.sequence(of:) on a suspended, an inactive and the caller's own queue")
   func signalSequence() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      for (placement, signal) in zip(QueuePlacement.allCases, [SIGUSR1, SIGUSR2, SIGHUP]) {
-        let queue = placement.makeQueue()
-        let signals = try placement.make(on: queue) {
-          let signals = try SignalSource.sequence(of: [signal], queue: queue)
-          kill(getpid(), signal)
-          return signals
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        for (placement, signal) in zip(QueuePlacement.allCases, [SIGUSR1, SIGUSR2, SIGHUP]) {
+          let queue = placement.makeQueue()
+          let signals = try placement.make(on: queue) {
+            let signals = try SignalSource.sequence(of: [signal], queue: queue)
+            kill(getpid(), signal)
+            return signals
+          }
+          placement.start(queue)
+          let seen = await first(of: signals)
+          childCheck(seen == signal, "\(placement): \(String(describing: seen))")
         }
-        placement.start(queue)
-        let seen = await first(of: signals)
-        childCheck(seen == signal, "\(placement): \(String(describing: seen))")
-      }
-      endChild("ok")
-    }
+        endChild("ok")
+      })
   }
 
   @Test("SignalSource.makeEvents() on a suspended, an inactive and the caller's own queue")
   func signalEvents() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      for (placement, signal) in zip(QueuePlacement.allCases, [SIGUSR1, SIGUSR2, SIGHUP]) {
-        let queue = placement.makeQueue()
-        let source = try SignalSource(signal: signal, queue: queue)
-        let events = placement.make(on: queue) {
-          let events = source.makeEvents()
-          kill(getpid(), signal)
-          return events
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        for (placement, signal) in zip(QueuePlacement.allCases, [SIGUSR1, SIGUSR2, SIGHUP]) {
+          let queue = placement.makeQueue()
+          let source = try SignalSource(signal: signal, queue: queue)
+          let events = placement.make(on: queue) {
+            let events = source.makeEvents()
+            kill(getpid(), signal)
+            return events
+          }
+          placement.start(queue)
+          let count = try await first(of: events)
+          childCheck(count == 1, "\(placement): \(String(describing: count)) deliveries")
+          childCheck(source.queue === queue, "\(placement): the source's queue is not the one it was made with")
         }
-        placement.start(queue)
-        let count = try await first(of: events)
-        childCheck(count == 1, "\(placement): \(String(describing: count)) deliveries")
-        childCheck(source.queue === queue, "\(placement): the source's queue is not the one it was made with")
-      }
-      endChild("ok")
-    }
+        endChild("ok")
+      })
   }
 
   @Test("DataAddSource, TimerSource and ReadSource makeEvents() on each placement; handlers on the user's queue")
   func dataAndTimerEvents() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      for placement in QueuePlacement.allCases {
-        let queue = placement.makeQueue()
-        let data = DataAddSource(queue: queue)
-        var ends: [Int32] = [-1, -1]
-        childCheck(pipe(&ends) == 0, "pipe")
-        let read = try ReadSource(fileDescriptor: ends[0], queue: queue)
-        let timer = TimerSource(queue: queue)
-        timer.schedule(start: .now)
-        let cancelledOnQueue = Event()
-        // The user's handlers set before the sequence runs on the user's queue, never elsewhere.
-        timer.setCancelHandler { if queue.isCurrent { cancelledOnQueue.signal() } }
-        let (dataEvents, timerEvents) = placement.make(on: queue) {
-          let events = data.makeEvents()
-          data.merge(3)
-          return (events, timer.makeEvents())
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        for placement in QueuePlacement.allCases {
+          let queue = placement.makeQueue()
+          let data = DataAddSource(queue: queue)
+          var ends: [Int32] = [-1, -1]
+          childCheck(pipe(&ends) == 0, "pipe")
+          let read = try ReadSource(fileDescriptor: ends[0], queue: queue)
+          let timer = TimerSource(queue: queue)
+          timer.schedule(start: .now)
+          let cancelledOnQueue = Event()
+          // The user's handlers set before the sequence runs on the user's queue, never elsewhere.
+          timer.setCancelHandler { if queue.isCurrent { cancelledOnQueue.signal() } }
+          let (dataEvents, timerEvents) = placement.make(on: queue) {
+            let events = data.makeEvents()
+            data.merge(3)
+            return (events, timer.makeEvents())
+          }
+          let readEvents = placement.make(on: queue) {
+            let events = read.makeEvents()
+            _ = write(ends[1], "ab", 2)
+            return events
+          }
+          placement.start(queue)
+          let sum = try await first(of: dataEvents)
+          childCheck(sum == 3, "\(placement): data \(String(describing: sum))")
+          let fires = try await first(of: timerEvents) ?? 0
+          childCheck(fires >= 1, "\(placement): timer \(fires)")
+          let available = try await first(of: readEvents)
+          childCheck(available == 2, "\(placement): read \(String(describing: available))")
+          close(ends[1])
+          childCheck(
+            blocking { cancelledOnQueue.wait() }, "\(placement): the timer's cancel handler did not run on its queue")
         }
-        let readEvents = placement.make(on: queue) {
-          let events = read.makeEvents()
-          _ = write(ends[1], "ab", 2)
-          return events
-        }
-        placement.start(queue)
-        let sum = try await first(of: dataEvents)
-        childCheck(sum == 3, "\(placement): data \(String(describing: sum))")
-        let fires = try await first(of: timerEvents) ?? 0
-        childCheck(fires >= 1, "\(placement): timer \(fires)")
-        let available = try await first(of: readEvents)
-        childCheck(available == 2, "\(placement): read \(String(describing: available))")
-        close(ends[1])
-        childCheck(
-          blocking { cancelledOnQueue.wait() }, "\(placement): the timer's cancel handler did not run on its queue")
-      }
-      endChild("ok")
-    }
+        endChild("ok")
+      })
   }
 
   @Test("SignalSource.withSignals on a suspended and an inactive queue")
   func scopedSignals() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      for (placement, signal) in zip([QueuePlacement.suspended, .inactive], [SIGUSR1, SIGUSR2]) {
-        let queue = placement.makeQueue()
-        let seen = try await SignalSource.withSignals([signal], queue: queue) { signals in
-          kill(getpid(), signal)
-          placement.start(queue)
-          for await delivered in signals { return delivered }
-          return 0
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        for (placement, signal) in zip([QueuePlacement.suspended, .inactive], [SIGUSR1, SIGUSR2]) {
+          let queue = placement.makeQueue()
+          let seen = try await SignalSource.withSignals([signal], queue: queue) { signals in
+            kill(getpid(), signal)
+            placement.start(queue)
+            for await delivered in signals { return delivered }
+            return 0
+          }
+          childCheck(seen == signal, "\(placement): \(seen)")
         }
-        childCheck(seen == signal, "\(placement): \(seen)")
-      }
-      endChild("ok")
-    }
+        endChild("ok")
+      })
   }
 }
 
@@ -172,44 +176,46 @@ extension RegistrationTests {
   @Test(
     "a signal source on the default global queue stays on the registration queue; its handlers run on the global queue")
   func defaultGlobalQueue() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      let global = Queue.global()
-      let source = try SignalSource(signal: SIGUSR1, queue: global)
-      let registered = Event()
-      let cancelled = Event()
-      source.setRegistrationHandler { if global.isCurrent { registered.signal() } }
-      source.setCancelHandler { if global.isCurrent { cancelled.signal() } }
-      let events = source.makeEvents()
-      kill(getpid(), SIGUSR1)
-      let count = try await first(of: events)
-      childCheck(count == 1, "\(String(describing: count)) deliveries")
-      childCheck(blocking { registered.wait() }, "the registration handler did not run on the global queue")
-      childCheck(blocking { cancelled.wait() }, "the cancel handler did not run on the global queue")
-      childCheck(source.queue === global, "the source's queue")
-      endChild("ok")
-    }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        let global = Queue.global()
+        let source = try SignalSource(signal: SIGUSR1, queue: global)
+        let registered = Event()
+        let cancelled = Event()
+        source.setRegistrationHandler { if global.isCurrent { registered.signal() } }
+        source.setCancelHandler { if global.isCurrent { cancelled.signal() } }
+        let events = source.makeEvents()
+        kill(getpid(), SIGUSR1)
+        let count = try await first(of: events)
+        childCheck(count == 1, "\(String(describing: count)) deliveries")
+        childCheck(blocking { registered.wait() }, "the registration handler did not run on the global queue")
+        childCheck(blocking { cancelled.wait() }, "the cancel handler did not run on the global queue")
+        childCheck(source.queue === global, "the source's queue")
+        endChild("ok")
+      })
   }
 
   @Test("a signal sent right after withSignals registered on a queue of the user's is delivered, round after round")
   func retargetedDeliveryRounds() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      signal(SIGUSR2, SIG_IGN)
-      let rounds = runningUnderSanitizer ? 50 : 400
-      for round in 0..<rounds {
-        // A queue of the user's: the sources are pointed at it after registering (a new target
-        // after activation), and the signal sent at once must come through it.
-        let queue = Queue(label: "registration.rounds")
-        let seen = try await SignalSource.withSignals([SIGUSR2, SIGUSR1], queue: queue) { signals in
-          kill(getpid(), SIGUSR2)
-          for await signal in signals { return signal }
-          return 0
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        signal(SIGUSR2, SIG_IGN)
+        let rounds = runningUnderSanitizer ? 50 : 400
+        for round in 0..<rounds {
+          // A queue of the user's: the sources are pointed at it after registering (a new target
+          // after activation), and the signal sent at once must come through it.
+          let queue = Queue(label: "registration.rounds")
+          let seen = try await SignalSource.withSignals([SIGUSR2, SIGUSR1], queue: queue) { signals in
+            kill(getpid(), SIGUSR2)
+            for await signal in signals { return signal }
+            return 0
+          }
+          childCheck(seen == SIGUSR2, "round \(round): \(seen)")
         }
-        childCheck(seen == SIGUSR2, "round \(round): \(seen)")
-      }
-      endChild("ok")
-    }
+        endChild("ok")
+      })
   }
 
   /// The source and its sequence dropped right after `makeEvents()`: the drop cancels the source,
@@ -219,26 +225,27 @@ extension RegistrationTests {
   /// (`SourceHandlers.Hooks.heldTarget`).
   @Test("a signal source dropped with its sequence and its queue at once: its cancel handler runs on that queue")
   func droppedWithItsQueue() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      let rounds = runningUnderSanitizer ? 300 : 3_000
-      let onQueue = Atomic(0)
-      for _ in 0..<rounds {
-        let queue = Queue(label: "registration.dropped")
-        // SIGURG is ignored by default: a stray one ends nothing.
-        let source = try SignalSource(signal: SIGURG, queue: queue)
-        // Weak: only the source may keep its queue (a handler that held it would hide a queue
-        // freed under the send).
-        source.setCancelHandler { [weak queue] in
-          if queue?.isCurrent == true { onQueue.add(1, ordering: .relaxed) }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        let rounds = runningUnderSanitizer ? 300 : 3_000
+        let onQueue = Atomic(0)
+        for _ in 0..<rounds {
+          let queue = Queue(label: "registration.dropped")
+          // SIGURG is ignored by default: a stray one ends nothing.
+          let source = try SignalSource(signal: SIGURG, queue: queue)
+          // Weak: only the source may keep its queue (a handler that held it would hide a queue
+          // freed under the send).
+          source.setCancelHandler { [weak queue] in
+            if queue?.isCurrent == true { onQueue.add(1, ordering: .relaxed) }
+          }
+          _ = source.makeEvents()  // dropped at once: the source is cancelled
         }
-        _ = source.makeEvents()  // dropped at once: the source is cancelled
-      }
-      childCheck(
-        blocking { pollUntil { onQueue.load(ordering: .relaxed) == rounds } },
-        "\(onQueue.load(ordering: .relaxed)) of \(rounds) cancel handlers ran on their queue")
-      endChild("ok")
-    }
+        childCheck(
+          blocking { pollUntil { onQueue.load(ordering: .relaxed) == rounds } },
+          "\(onQueue.load(ordering: .relaxed)) of \(rounds) cancel handlers ran on their queue")
+        endChild("ok")
+      })
   }
 
   /// The registration window, raced: a `cancel()` or a `setTarget(_:)` from another thread while a
@@ -251,11 +258,12 @@ extension RegistrationTests {
   /// ended on, the registration handler (if it ran) on a queue of the source's, never elsewhere.
   @Test("cancel() and setTarget(_:) racing a sequence's registration: handlers only ever on the source's queues")
   func racingTheWindow() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      blocking { raceRegistrationWindow(rounds: runningUnderSanitizer ? 300 : 3_000) }
-      endChild("ok")
-    }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        blocking { raceRegistrationWindow(rounds: runningUnderSanitizer ? 300 : 3_000) }
+        endChild("ok")
+      })
   }
 }
 

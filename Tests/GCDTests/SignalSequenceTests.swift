@@ -17,45 +17,47 @@ import Testing
 struct SignalSequenceTests {
   @Test("several signals sent right after the call, before iterating: every one is seen")
   func sentBeforeIterating() async {
-    await #expect(processExitsWith: .success) {
-      let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2, SIGHUP])
-      for signal in [SIGUSR1, SIGUSR2, SIGHUP] { kill(getpid(), signal) }
-      var seen: Set<Int32> = []
-      for await signal in signals {
-        seen.insert(signal)
-        if seen.count == 3 { break }
-      }
-      childCheck(seen == [SIGUSR1, SIGUSR2, SIGHUP], "seen \(seen)")
-    }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2, SIGHUP])
+        for signal in [SIGUSR1, SIGUSR2, SIGHUP] { kill(getpid(), signal) }
+        var seen: Set<Int32> = []
+        for await signal in signals {
+          seen.insert(signal)
+          if seen.count == 3 { break }
+        }
+        childCheck(seen == [SIGUSR1, SIGUSR2, SIGHUP], "seen \(seen)")
+      })
   }
 
   @Test("consumed in a child task later: deliveries while no one iterates merge, one pending per signal")
   func childTaskAndMerging() async {
-    await #expect(processExitsWith: .success) {
-      let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2])
-      let storage = signals.owner.storage
-      kill(getpid(), SIGUSR2)
-      childCheck(
-        await eventually { storage.state.withLock { $0.pending == [SIGUSR2] } }, "SIGUSR2 never pending")
-      for _ in 0..<5 { kill(getpid(), SIGUSR2) }
-      kill(getpid(), SIGUSR1)
-      childCheck(
-        await eventually { storage.state.withLock { $0.pending == [SIGUSR2, SIGUSR1] } },
-        "pending: \(storage.state.withLock { $0.pending })")
-      let first = await withTaskGroup(of: [Int32].self) { group in
-        group.addTask {
-          var got: [Int32] = []
-          for await signal in signals {
-            got.append(signal)
-            if got.count == 2 { break }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2])
+        let storage = signals.owner.storage
+        kill(getpid(), SIGUSR2)
+        childCheck(
+          await eventually { storage.state.withLock { $0.pending == [SIGUSR2] } }, "SIGUSR2 never pending")
+        for _ in 0..<5 { kill(getpid(), SIGUSR2) }
+        kill(getpid(), SIGUSR1)
+        childCheck(
+          await eventually { storage.state.withLock { $0.pending == [SIGUSR2, SIGUSR1] } },
+          "pending: \(storage.state.withLock { $0.pending })")
+        let first = await withTaskGroup(of: [Int32].self) { group in
+          group.addTask {
+            var got: [Int32] = []
+            for await signal in signals {
+              got.append(signal)
+              if got.count == 2 { break }
+            }
+            return got
           }
-          return got
+          return await group.next() ?? []
         }
-        return await group.next() ?? []
-      }
-      childCheck(first == [SIGUSR2, SIGUSR1], "got \(first)")
-      childCheck(storage.sources.allSatisfy { $0.isCancelled }, "leaving the loop left a source running")
-    }
+        childCheck(first == [SIGUSR2, SIGUSR1], "got \(first)")
+        childCheck(storage.sources.allSatisfy { $0.isCancelled }, "leaving the loop left a source running")
+      })
   }
 
   @Test("a sequence dropped without iterating cancels every source; a signal listed twice counts once")
@@ -137,23 +139,24 @@ struct SignalSequenceTests {
 
   @Test("withSignals: a signal listed twice counts once per delivery")
   func scopedRepeatsCountOnce() async {
-    await #expect(processExitsWith: .success) {
-      alarm(30)
-      let queue = Queue(label: "signals.repeated")
-      let got = try await SignalSource.withSignals([SIGUSR1, SIGUSR1, SIGUSR2], queue: queue) { signals in
-        var got: [Int32] = []
-        kill(getpid(), SIGUSR1)
-        for await signal in signals {
-          got.append(signal)
-          // Sent after the first element: a second source of SIGUSR1 (merged by the same manager pass)
-          // has queued its element on the serial queue before this one is even read.
-          if got.count == 1 { kill(getpid(), SIGUSR2) }
-          if signal == SIGUSR2 { break }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        alarm(30)
+        let queue = Queue(label: "signals.repeated")
+        let got = try await SignalSource.withSignals([SIGUSR1, SIGUSR1, SIGUSR2], queue: queue) { signals in
+          var got: [Int32] = []
+          kill(getpid(), SIGUSR1)
+          for await signal in signals {
+            got.append(signal)
+            // Sent after the first element: a second source of SIGUSR1 (merged by the same manager pass)
+            // has queued its element on the serial queue before this one is even read.
+            if got.count == 1 { kill(getpid(), SIGUSR2) }
+            if signal == SIGUSR2 { break }
+          }
+          return got
         }
-        return got
-      }
-      childCheck(got == [SIGUSR1, SIGUSR2], "got \(got)")
-      endChild("ok")
-    }
+        childCheck(got == [SIGUSR1, SIGUSR2], "got \(got)")
+        endChild("ok")
+      })
   }
 }

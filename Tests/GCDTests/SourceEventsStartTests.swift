@@ -17,18 +17,19 @@ struct SourceEventsStartTests {
   func signalBeforeFirstNext() async {
     // SIGUSR1's default action ends the process: before the sequence
     // started its source when made, this child died of it.
-    await #expect(processExitsWith: .success) {
-      let source = try SignalSource(signal: SIGUSR1, queue: Queue(label: "events.early"))
-      let sequence = source.makeEvents()
-      kill(getpid(), SIGUSR1)
-      var deliveries: UInt = 0
-      for try await count in sequence {
-        deliveries = count
-        break
-      }
-      childCheck(deliveries == 1, "expected 1 delivery, got \(deliveries)")
-      childCheck(source.isCancelled, "leaving the loop did not cancel the source")
-    }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        let source = try SignalSource(signal: SIGUSR1, queue: Queue(label: "events.early"))
+        let sequence = source.makeEvents()
+        kill(getpid(), SIGUSR1)
+        var deliveries: UInt = 0
+        for try await count in sequence {
+          deliveries = count
+          break
+        }
+        childCheck(deliveries == 1, "expected 1 delivery, got \(deliveries)")
+        childCheck(source.isCancelled, "leaving the loop did not cancel the source")
+      })
   }
 
   @Test("what arrives before the first next() is merged in the suspended source: two elements, the exact sum")
@@ -102,9 +103,10 @@ struct SourceEventsStartTests {
 
   @Test("read sources whose sequences are made and dropped unused leave no descriptor behind")
   func droppedReadSequencesCloseDescriptors() async {
-    await #expect(processExitsWith: .success) {
-      blocking { dropReadSequences(rounds: 100) }
-    }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        blocking { dropReadSequences(rounds: 100) }
+      })
   }
 }
 

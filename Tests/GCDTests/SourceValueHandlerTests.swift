@@ -59,9 +59,10 @@ struct SourceValueHandlerTests {
 
   @Test("a signal source's handler gets the delivery count (its own source not captured)")
   func signal() async {
-    await #expect(processExitsWith: .success) {
-      blocking { signalCount() }
-    }
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        blocking { signalCount() }
+      })
   }
 
   @Test("read and write sources' handlers get the bytes available and the buffer space")

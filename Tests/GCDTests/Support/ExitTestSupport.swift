@@ -57,6 +57,15 @@ func endChild(_ message: String) -> Never {
   exit(0)
 }
 
+/// The parent's check of a child that used `childCheck`: it exited as expected (else no result)
+/// and reported no failure. A child's `childCheck` ends it with status 0 and a "failed:" line, so
+/// an exit test whose parent checks only the status would pass whatever the child found.
+func expectChildPassed(_ result: ExitTest.Result?, sourceLocation: SourceLocation = #_sourceLocation) {
+  let text = standardError(of: result)
+  #expect(
+    result != nil && !text.contains("exit-test child: failed"), "\(text)", sourceLocation: sourceLocation)
+}
+
 /// In a child that reports through `endChild`: ends it with "failed:
 /// `message`" unless `condition` holds.
 func childCheck(_ condition: Bool, _ message: @autoclosure () -> String) {
