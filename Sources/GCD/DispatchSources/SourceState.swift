@@ -19,8 +19,8 @@ import Synchronization
 /// goes) still has the queue it runs on (`locked.queue`). Made on first use: a source that is never
 /// given a handler, a target or a sequence has none (`Source.state`).
 ///
-/// Every block captures this one object and the user's closure; every hook is taken out under the
-/// lock and run outside it, once.
+/// An event block captures this one object and the user's closure, the cancel and registration
+/// blocks this object alone; every hook is taken out under the lock and run outside it, once.
 ///
 /// `@unchecked Sendable` only because the class has its one subclass (`OwnedSourceState`), which
 /// the compiler's check does not allow: every stored property of both is immutable, atomic or
