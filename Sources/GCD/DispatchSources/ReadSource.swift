@@ -58,11 +58,7 @@ public final class ReadSource: Source, @unchecked Sendable {
       descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
     self.nest = nest
-    // `data` in a handler: the estimate from the descriptor (the nest), without the source.
-    var estimate: (@Sendable () -> UInt)?
-    if let nest { estimate = { nest.estimate } }
-    super.init(
-      created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true, estimate: estimate)
+    super.init(created: created, queue: queue, nest: nest)
   }
 
   /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.

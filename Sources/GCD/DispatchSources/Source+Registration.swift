@@ -6,7 +6,7 @@
 /// libdispatch installs a source on its manager thread, then runs the registration handler on the
 /// source's target queue: the only part of a registration that needs a queue. A source started here
 /// targets this queue until its registration handler has run on it; that handler points the source
-/// at its own queue again (`Source.endRegistration`) and ends the wait. Nothing of the user's runs
+/// at its own queue again (`SourceState.endRegistration`) and ends the wait. Nothing of the user's runs
 /// here: the user's registration and cancel handlers, when libdispatch calls them on this queue,
 /// are sent on to the source's queue (`SourceState`); the event handlers that can run here
 /// before the source's new target takes effect are the package's own (the sequences' storage).

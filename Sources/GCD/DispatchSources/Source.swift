@@ -102,14 +102,17 @@ public class Source: GCDObject, @unchecked Sendable {
   ///   - ownedCleanup: Work the source's owner must do when the source is
   ///     cancelled (closing a descriptor it opened), after the user's
   ///     cancel handler; runs once.
-  ///   - cleanupFirst: Run `ownedCleanup` before the user's cancel handler
-  ///     instead, while the user's descriptor is still open.
   ///   - onActivate: Called once when the source is first started.
+  ///   - nest: For a read or write source, the epoll instance its C source watches (from
+  ///     `create(descriptor:)`): given back before the user's cancel handler, while the user's
+  ///     descriptor is still open, and a handler's `data` is its estimate.
   init(
     created: OpaquePointer, queue: Queue,
-    ownedCleanup: (@Sendable () -> Void)? = nil, cleanupFirst: Bool = false,
-    onActivate: (@Sendable () -> Void)? = nil, estimate: (@Sendable () -> UInt)? = nil
+    ownedCleanup: (@Sendable () -> Void)? = nil, onActivate: (@Sendable () -> Void)? = nil, nest: EpollNest? = nil
   ) {
+    let ownedCleanup = nest?.releasing ?? ownedCleanup
+    var estimate: (@Sendable () -> UInt)?
+    if let nest { estimate = { nest.estimate } }
     lifecycle = Atomic(.inactive)
     createdQueue = queue
     hasStartHook = onActivate != nil
@@ -120,7 +123,7 @@ public class Source: GCDObject, @unchecked Sendable {
       // The package's own kinds: their state at once, and their cleanup runs however the source
       // ends, so its cancel block is installed now.
       let state = OwnedSourceState(
-        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: cleanupFirst, onActivate: onActivate,
+        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: nest != nil, onActivate: onActivate,
         estimate: estimate)
       stateWord = Atomic(Unmanaged.passRetained(state))
       super.init(raw: created)

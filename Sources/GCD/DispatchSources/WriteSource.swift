@@ -67,11 +67,7 @@ public final class WriteSource: Source, @unchecked Sendable {
       descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
     self.nest = nest
-    // `data` in a handler: the estimate from the descriptor (the nest), without the source.
-    var estimate: (@Sendable () -> UInt)?
-    if let nest { estimate = { nest.estimate } }
-    super.init(
-      created: created, queue: queue, ownedCleanup: nest?.releasing, cleanupFirst: true, estimate: estimate)
+    super.init(created: created, queue: queue, nest: nest)
   }
 
   /// What libdispatch reports: the bytes still queued for sending on a socket (`SIOCOUTQ`), 1 for
