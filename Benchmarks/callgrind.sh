@@ -25,7 +25,7 @@ N2=${N2:-6000}
 OPS=("$@")
 if [ ${#OPS[@]} -eq 0 ]; then
   OPS=(async async_f sync sync_f semaphore group_enter_leave group_async merge queue_create
-    apply_trivial source_timer source_timer_handlers source_read source_write source_signal source_data_add source_data_or source_data_replace)
+    apply_trivial source_timer source_timer_handlers source_events_cycle source_read source_write source_signal source_data_add source_data_or source_data_replace)
 fi
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

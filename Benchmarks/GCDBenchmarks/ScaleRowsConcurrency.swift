@@ -164,14 +164,7 @@ func dispatchLiveSequences(_ count: Int) -> (LiveSequences, [any DispatchSourceU
   let rounds = ScaleRounds(step: count)
   let sources = (0..<count).map { _ in DispatchSource.makeUserDataAddSource(queue: queue) }
   let tasks = sources.map { source in
-    // What a user writes: the handler yields into the stream, the stream's end cancels the source.
-    let stream = AsyncStream<UInt> { continuation in
-      source.setEventHandler { continuation.yield(source.data) }
-      source.setCancelHandler { continuation.finish() }
-      let shared = ScaleDispatchSource(source: source)
-      continuation.onTermination = { _ in shared.source.cancel() }
-      source.resume()
-    }
+    let stream = dispatchEventStream(source)
     return Task {
       rounds.started.add(1, ordering: .relaxed)
       for await value in stream { rounds.add(Int(value)) }
@@ -208,6 +201,18 @@ func floorEventsSequences(_ count: Int, elements: Int) -> Double {
   for continuation in continuations { continuation.finish() }
   scaleBlockOn { for task in tasks { await task.value } }
   return result
+}
+
+/// A user-data-add source's events as a user of `import Dispatch` writes them: the handler yields
+/// into an `AsyncStream`, the stream's end cancels the source. Starts the source.
+func dispatchEventStream(_ source: any DispatchSourceUserDataAdd) -> AsyncStream<UInt> {
+  AsyncStream<UInt> { continuation in
+    source.setEventHandler { continuation.yield(source.data) }
+    source.setCancelHandler { continuation.finish() }
+    let shared = ScaleDispatchSource(source: source)
+    continuation.onTermination = { _ in shared.source.cancel() }
+    source.resume()
+  }
 }
 
 /// A Dispatch source captured by a `@Sendable` closure.

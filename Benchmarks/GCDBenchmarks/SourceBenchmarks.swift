@@ -74,6 +74,16 @@ func sourceBenchmarks(_ c: CLibrary?, fixtures: SourceFixtures) -> [Benchmark] {
         .c: c.runner("source_timer_handlers"), .gcd: .run(gcdTimerHandlersCycle),
         .dispatch: .run(dispatchTimerHandlersCycle),
       ]),
+    Benchmark(
+      name: "source_events_cycle",
+      title:
+        "a DATA_ADD source's event sequence: create + makeEvents() + merge(1) + one element + break (cancel) "
+        + "(Dispatch: the source bridged to an AsyncStream, as a user writes it)",
+      count: 20_000,
+      runners: [
+        .c: .unavailable("n/a (C has no async sequence)"), .gcd: .run(gcdEventsCycle),
+        .dispatch: .run(dispatchEventsCycle),
+      ]),
     cycle(
       "read", closing: true, { try ReadSource(fileDescriptor: fixtures.readEnd, queue: $0) },
       .run { dispatchSourceCycle($0) { DispatchSource.makeReadSource(fileDescriptor: fixtures.readEnd, queue: $0) } }),
@@ -276,6 +286,49 @@ func dispatchTimerHandlersCycle(_ count: Int) -> Sample {
     source.setCancelHandler { counts.cancelled.add(1, ordering: .relaxed) }
     source.resume()
     source.cancel()
+  }
+  queue.sync {}
+  return Sample(start: start, end: monotonicNanos(), count: count)
+}
+
+/// A sum the sequences' loops add to (so the element is used).
+final class EventsSum: Sendable {
+  let total = Atomic<UInt>(0)
+}
+
+@inline(never)
+func gcdEventsCycle(_ count: Int) -> Sample {
+  let queue = Queue(label: "bench.source.events")
+  let sum = EventsSum()
+  let start = monotonicNanos()
+  scaleBlockOn {
+    for _ in 0..<count {
+      let source = DataAddSource(queue: queue)
+      var events = source.makeEvents().makeAsyncIterator()
+      source.merge(1)
+      // The sequence is made by this call, so its first next() cannot throw EBUSY.
+      if let value = try? await events.next() { sum.total.add(value, ordering: .relaxed) }
+    }
+  }
+  queue.sync {}
+  return Sample(start: start, end: monotonicNanos(), count: count)
+}
+
+@inline(never)
+func dispatchEventsCycle(_ count: Int) -> Sample {
+  let queue = DispatchQueue(label: "bench.source.events")
+  let sum = EventsSum()
+  let start = monotonicNanos()
+  scaleBlockOn {
+    for _ in 0..<count {
+      let source = DispatchSource.makeUserDataAddSource(queue: queue)
+      let events = dispatchEventStream(source)
+      source.add(data: 1)
+      for await value in events {
+        sum.total.add(value, ordering: .relaxed)
+        break
+      }
+    }
   }
   queue.sync {}
   return Sample(start: start, end: monotonicNanos(), count: count)

@@ -11,7 +11,9 @@ import Testing
 
 /// The life cycle under concurrency: random interleavings of `suspend`,
 /// `resume`, `cancel`, merges, a new event handler, a new target and the final drop, from several
-/// threads at once, on real sources (half of them making the source's state in that race), checked against the model of `LifecycleTests`
+/// threads at once, on real sources (half of them making the source's state in that race; a third
+/// started by an event sequence whose consumer takes elements meanwhile, so that its hold and its
+/// end race the rest), checked against the model of `LifecycleTests`
 /// (each thread balances only its own suspensions, as a correct program
 /// does). Failures print the seed; `GCD_PROPERTY_SEED` replays one.
 extension LifecycleTests {
@@ -43,6 +45,10 @@ private final class Observed: Sendable {
   let eventsAfterCancel = Counter()
   let events = Counter()
   let released = Event()
+  /// A sequence's consumer: the sum of the elements it took, and its end.
+  let taken = Atomic<UInt>(0)
+  let consumed = Event()
+  let merges = Atomic<UInt>(0)
 }
 
 private func recordRelease(_ context: UnsafeMutableRawPointer?) {
@@ -53,7 +59,10 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
   var random = SeededRandom(seed: seed)
   for round in 0..<rounds {
     let observed = Observed()
-    let startFirst = Bool.random(using: &random)
+    // A third of the rounds start the source with an event sequence, consumed by a task.
+    let sequenced = random.next() % 3 == 0
+    let startFirst = !sequenced && Bool.random(using: &random)
+    let takes = Int(random.next() % 6)
     let threadSeeds = (0..<3).map { _ in random.next() }
     let outstanding = Atomic(0)
     let cancelled = Atomic(false)
@@ -70,11 +79,23 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
         observed.events.increment()
         if observed.cancels.current > 0 { observed.eventsAfterCancel.increment() }
       }
-      if !lazyState {
-        source.setEventHandler(handler)
+      if !lazyState || sequenced {
+        if !sequenced { source.setEventHandler(handler) }
         source.setCancelHandler { [observed] in observed.cancels.increment() }
       }
       if startFirst { source.resume() }
+      if sequenced {
+        let events = source.makeEvents()
+        Task.detached { [observed] in
+          var iterator = events.makeAsyncIterator()
+          for _ in 0..<takes {
+            guard let value = try? await iterator.next() else { break }
+            observed.taken.add(value, ordering: .relaxed)
+            if Bool.random() { await Task.yield() }
+          }
+          observed.consumed.signal()
+        }
+      }
       let threads = Group()
       for threadSeed in threadSeeds {
         threads.async(on: .global()) {
@@ -93,7 +114,7 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
                 cancelled.store(true, ordering: .relaxed)
                 source.cancel()
               }
-            case 7:
+            case 7 where !sequenced:
               // A new handler, the same count: the state's handler block replaced while it runs.
               source.setEventHandler(handler)
               handlerSet.store(true, ordering: .relaxed)
@@ -101,6 +122,7 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
               source.setTarget(queues[Int(random.next() % 2)])
             default:
               source.merge(1)
+              observed.merges.add(1, ordering: .relaxed)
             }
           }
           // Leave some suspensions for the drop to balance.
@@ -114,6 +136,23 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
         }
       }
       childCheck(threads.wait(timeout: .seconds(60)), "seed \(seed) round \(round): the threads did not finish")
+      if sequenced {
+        // A consumer still waiting (no merge came, or a suspension was left): the cancel ends it.
+        if !observed.consumed.wait(timeout: .milliseconds(50)) {
+          cancelled.store(true, ordering: .relaxed)
+          source.cancel()
+        }
+        childCheck(
+          observed.consumed.wait(timeout: .seconds(30)), "seed \(seed) round \(round): the consumer never ended")
+        childCheck(
+          observed.taken.load(ordering: .relaxed) <= observed.merges.load(ordering: .relaxed),
+          "seed \(seed) round \(round): the sequence gave \(observed.taken.load(ordering: .relaxed)) for \(observed.merges.load(ordering: .relaxed)) merges"
+        )
+        // The loop's end (or the cancel) ended the source.
+        childCheck(
+          pollUntil { source.isCancelled }, "seed \(seed) round \(round): the sequence's end did not cancel the source")
+        cancelled.store(true, ordering: .relaxed)
+      }
       let isCancelled = cancelled.load(ordering: .relaxed)
       let suspensions = outstanding.load(ordering: .relaxed)
       childCheck(source.isCancelled == isCancelled, "seed \(seed) round \(round): isCancelled disagrees with the model")
@@ -137,7 +176,7 @@ private func runInterleavings(seed: UInt64, rounds: Int) {
     childCheck(
       observed.released.wait(timeout: .seconds(30)), "seed \(seed) round \(round): the C source was never freed")
     childCheck(
-      observed.cancels.current == (lazyState ? 0 : 1),
+      observed.cancels.current == (lazyState && !sequenced ? 0 : 1),
       "seed \(seed) round \(round): \(observed.cancels.current) cancel handler runs")
     childCheck(
       observed.eventsAfterCancel.current == 0,

@@ -160,6 +160,62 @@ struct LifecycleTests {
     }
   }
 
+  /// The event sequence's hold among the user's events, on a source the sequence started.
+  enum HoldEvent: String, CaseIterable {
+    case suspend, resume, hold, release, cancel
+  }
+
+  @Test(
+    "a sequence's hold among every sequence of up to 7 of the user's suspend, resume and cancel: never an over-resume, a resume of the user's never ends it, cancel and drop balance it"
+  )
+  func holdAmongEverySequence() {
+    var sequences: [[HoldEvent]] = [[]]
+    for _ in 0..<7 { sequences = sequences.flatMap { prefix in HoldEvent.allCases.map { prefix + [$0] } } }
+    for sequence in sequences {
+      let label = "\(sequence.map(\.rawValue))"
+      var state = Lifecycle.active
+      var object = CObject(activated: true)
+      var userSuspensions = 0
+      for event in sequence {
+        switch event {
+        case .suspend:
+          object.suspendCount += 1
+          object.perform(state.suspend())
+          userSuspensions += 1
+        case .resume:
+          let action = state.resume(starts: true)
+          if userSuspensions > 0 {
+            userSuspensions -= 1
+          } else if !state.isCancelled && state.isHeld {
+            #expect(action == .unbalanced(.held), "\(label)")
+          }
+          object.perform(action)
+        case .hold:
+          // The sequence holds once, until its consumer takes the element.
+          guard !state.isHeld else { continue }
+          object.suspendCount += 1
+          object.perform(state.hold())
+        case .release:
+          guard state.isHeld else { continue }
+          object.perform(state.release())
+        case .cancel:
+          object.perform(state.cancel())
+        }
+        #expect(!object.overResumed, "\(label)")
+        #expect(state.isSuspended == (!state.isCancelled && (state.suspensions > 0 || state.isHeld)), "\(label)")
+        if !state.isCancelled {
+          // What the word says is in C: the user's suspensions and the hold.
+          #expect(object.suspendCount == Int(state.suspensions) + (state.isHeld ? 1 : 0), "\(label)")
+        } else {
+          #expect(object.activated && object.suspendCount == 0, "\(label): a cancel left a suspension in C")
+        }
+      }
+      object.perform(state.drop())
+      #expect(object.activated && object.suspendCount == 0 && !object.overResumed, "\(label)")
+    }
+    #expect(sequences.count == 78_125)
+  }
+
   /// The C object's side: activated or not, libdispatch's suspension count.
   struct CObject {
     var activated: Bool

@@ -41,6 +41,48 @@ struct SourceEventsTests {
     withExtendedLifetime(events) {}
   }
 
+  @Test("the sequence's hold is its own: a resume() during it stops at that call, naming the hold")
+  func resumeDuringHoldStops() async {
+    // The user never suspended the source: a resume() has nothing of the user's to balance. Were
+    // the hold a suspend() of the user's count, the resume would undo it (the source would run
+    // again with an element still held, and the consumer's next() would stop the process later).
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      let source = DataAddSource(queue: Queue(label: "events.hold.resume"))
+      source.setRegistrationHandler { source.merge(1) }
+      var events = source.makeEvents().makeAsyncIterator()
+      _ = try await events.next()
+      source.merge(1)
+      guard await eventually({ source.isSuspended }) else { exit(0) }
+      source.resume()
+      let accepted = Array("exit-test child: the resume was accepted\n".utf8)
+      _ = accepted.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+      _ = try await events.next()
+      exit(0)
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("DataAddSource.resume() without a matching suspend()"), "\(text)")
+    #expect(text.contains("its event sequence holds it"), "\(text)")
+    #expect(!text.contains("the resume was accepted"), "\(text)")
+  }
+
+  @Test("a suspend() and resume() of the user's during the hold balance each other; the hold stays until next()")
+  func userSuspensionDuringHold() async throws {
+    let source = DataAddSource(queue: Queue(label: "events.hold.suspend"))
+    source.setRegistrationHandler { source.merge(1) }
+    var events = source.makeEvents().makeAsyncIterator()
+    #expect(try await events.next() == 1)
+    source.merge(2)
+    #expect(await eventually { source.isSuspended })
+    source.suspend()
+    source.resume()
+    #expect(source.isSuspended, "the user's resume() ended the sequence's hold")
+    #expect(try await events.next() == 2)
+    #expect(await eventually { !source.isSuspended })
+    source.merge(3)
+    #expect(try await events.next() == 3)
+    withExtendedLifetime(events) {}
+  }
+
   @Test("breaking out of the loop cancels the source once; its cancel handler runs once")
   func breakCancelsOnce() async throws {
     let source = DataOrSource(queue: Queue(label: "events.break"))

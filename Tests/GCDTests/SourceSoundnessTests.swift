@@ -111,7 +111,7 @@ private func raceSequenceStarts(rounds: Int) {
     }
     requireInChild(done.wait(timeout: .seconds(30)), "round \(round): the starts did not return")
     let sequences = made.withLock { $0 }
-    let failed = sequences.filter { sequence in sequence.owner.storage.state.withLock { $0.failure != nil } }
+    let failed = sequences.filter { $0.refusal != nil }
     requireInChild(failed.count == 1, "round \(round): \(failed.count) of 2 sequences failed to start")
     requireInChild(!source.isSuspended && !source.isCancelled, "round \(round): the source is not running")
     // The winner's start waited for the registration (which ends the source's registering window).

@@ -371,6 +371,9 @@ public class Source: GCDObject, @unchecked Sendable {
       switch misuse {
       case .cancelled: "the source is cancelled; a cancelled source cannot be started again"
       case .notSuspended: "the source is already running"
+      case .held:
+        "the source is already running: its event sequence holds it until the next element is taken, "
+          + "and resume() balances only your own suspend()"
       }
     fatalError("GCD: \(type(of: self)).resume() without a matching suspend() (\(why))")
   }

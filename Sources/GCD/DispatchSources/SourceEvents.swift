@@ -27,11 +27,15 @@ import Synchronization
 ///
 /// Back-pressure is the source's own merging: while no one takes an
 /// element (before the first `next()`, or while the consumer is busy) the
-/// source is suspended holding at most one element, and what arrives
+/// source is held back (`isSuspended` says so) holding at most one element,
+/// and what arrives
 /// meanwhile merges in it (data sources add, OR or replace; timers and
 /// signals count; file-system and process events OR), so memory stays
 /// flat however fast the producer is, and the element the consumer gets
-/// next sums everything since the last.
+/// next sums everything since the last. The hold is the sequence's own, not
+/// a `suspend()`: your `suspend()` and `resume()` still balance each other
+/// during it, and a `resume()` with no `suspend()` of yours to balance stops
+/// the process with a message naming the source, as on any running source.
 ///
 /// Leaving the loop (breaking out, returning, throwing), cancelling the
 /// task, or dropping a sequence that was never iterated cancels the
@@ -45,36 +49,62 @@ import Synchronization
 /// throws `EBUSY` (and leaves the source alone); for a cancelled source it
 /// just finishes.
 ///
-/// `Sendable`: it holds a class whose state is behind a mutex.
+/// `Sendable`: it holds the source, whose state is behind a mutex.
 public struct SourceEvents<Element: Sendable>: AsyncSequence, Sendable {
   /// The error `next()` throws: the source was started (or iterated) already.
   public typealias Failure = GCDError
 
-  let owner: EventsOwner<Element>
+  /// The sequence that started the source; nil for one that did not (`refusal`).
+  let owner: EventsOwner?
+  /// Why this sequence did not start the source: `EBUSY` (it was started already), thrown by its
+  /// first `next()`; nil for a cancelled source (the sequence just finishes) or the one that started it.
+  let refusal: GCDError?
+  /// The element of an event's data (a thin function: `{ $0 }`, an option set's `init(rawValue:)`).
+  let element: @Sendable (UInt) -> Element
 
   /// Starts the source (see the type's documentation).
   init(source: Source, element: @escaping @Sendable (UInt) -> Element) {
-    owner = EventsOwner(storage: EventsStorage(source: source, element: element))
-    owner.storage.start()
+    self.element = element
+    if source.startSequence() {
+      owner = EventsOwner(source: source)
+      refusal = nil
+    } else {
+      owner = nil
+      refusal =
+        source.lifecycle.load(ordering: .acquiring).isCancelled
+        ? nil
+        : GCDError(
+          operation: "\(type(of: source)).makeEvents()", errno: Errno.busy,
+          detail:
+            "the source was already started (by resume() or another sequence); the sequence starts it: make it before resume()"
+        )
+    }
   }
 
   /// The iterator; a second one (of this sequence) throws `EBUSY`.
   public func makeAsyncIterator() -> Iterator {
-    let storage = owner.storage
-    if storage.claimIterator() { return Iterator(token: EventsToken(storage: storage), failure: nil) }
+    guard let owner else { return Iterator(token: nil, failure: refusal, failsOnce: true, element: element) }
+    if owner.source.state.claimIterator() {
+      return Iterator(token: EventsToken(source: owner.source), failure: nil, failsOnce: false, element: element)
+    }
     return Iterator(
       token: nil,
       failure: GCDError(
-        operation: "\(type(of: storage.source)).makeEvents()", errno: Errno.busy,
-        detail: "the sequence is iterated already; a source's events have one iterator"))
+        operation: "\(type(of: owner.source)).makeEvents()", errno: Errno.busy,
+        detail: "the sequence is iterated already; a source's events have one iterator"),
+      failsOnce: false, element: element)
   }
 
   /// The iterator. Dropping it (leaving the loop) cancels the source.
   ///
-  /// `Sendable`: its state is in a class behind a mutex.
+  /// `Sendable`: it holds the source, whose state is behind a mutex.
   public struct Iterator: AsyncIteratorProtocol, Sendable {
-    let token: EventsToken<Element>?
-    let failure: GCDError?
+    let token: EventsToken?
+    var failure: GCDError?
+    /// The refusal of a sequence that did not start its source is thrown once, then the iterator
+    /// ends; a second iterator's, every time.
+    let failsOnce: Bool
+    let element: @Sendable (UInt) -> Element
 
     /// The next event, or nil once the source is cancelled.
     ///
@@ -82,8 +112,8 @@ public struct SourceEvents<Element: Sendable>: AsyncSequence, Sendable {
     ///   before the sequence was made (by `resume()` or another sequence),
     ///   or this is the sequence's second iterator.
     public mutating func next() async throws(GCDError) -> Element? {
-      guard let token else { throw failure.unsafelyUnwrapped }
-      return try await token.storage.next()
+      guard let token else { return try refused() }
+      return await token.source.state.nextEvent().map(element)
     }
 
     /// The next event, or nil once the source is cancelled.
@@ -91,200 +121,176 @@ public struct SourceEvents<Element: Sendable>: AsyncSequence, Sendable {
     /// - Parameter actor: The caller's isolation (the element is `Sendable`).
     /// - Throws: `GCDError` with `EBUSY` as `next()`.
     public mutating func next(isolation actor: isolated (any Actor)?) async throws(GCDError) -> Element? {
-      guard let token else { throw failure.unsafelyUnwrapped }
-      return try await token.storage.next()
+      guard let token else { return try refused() }
+      return await token.source.state.nextEvent().map(element)
+    }
+
+    /// An iterator of a sequence that did not start its source: throws the refusal once (a second
+    /// iterator's, every time), then ends.
+    mutating func refused() throws(GCDError) -> Element? {
+      guard let failure else { return nil }
+      if failsOnce { self.failure = nil }
+      throw failure
     }
   }
 }
 
-/// Held by the sequence (never by the source's handlers): dropping a
+/// Held by the sequence that started its source (never by the source's handlers): dropping a
 /// sequence that made no iterator ends it.
-final class EventsOwner<Element: Sendable>: Sendable {
-  let storage: EventsStorage<Element>
-
-  init(storage: EventsStorage<Element>) { self.storage = storage }
-
-  deinit { storage.sequenceDropped() }
-}
-
-/// Held by the iterator only (never by the source's handlers): its end is
-/// the end of the loop.
-final class EventsToken<Element: Sendable>: Sendable {
-  let storage: EventsStorage<Element>
-
-  init(storage: EventsStorage<Element>) { self.storage = storage }
-
-  deinit { storage.terminate() }
-}
-
-/// The state machine between the source's handlers (on its queue) and the
-/// consumer: a lock, an action returned under it, continuations resumed
-/// outside it, "finished" delivered once.
-final class EventsStorage<Element: Sendable>: Sendable {
-  typealias Consumer = UnsafeContinuation<Result<Element?, GCDError>, Never>
-
-  struct State: OneIteratorState {
-    /// Cancelled, the loop ended, or the start failed.
-    var finished = false
-    /// This sequence started the source (so its end cancels it).
-    var started = false
-    /// An iterator was made (the sequence's drop no longer ends it).
-    var iterated = false
-    /// Why the start failed (`EBUSY`), thrown by the first `next()`.
-    var failure: GCDError?
-    /// An event taken from the source that the consumer has not asked for
-    /// yet; the source is suspended while it is here.
-    var buffered: Element?
-    /// This sequence suspended the source (back-pressure).
-    var suspended = false
-    var consumer: Consumer?
-  }
-
-  enum Action {
-    case none
-    case deliver(Consumer, Result<Element?, GCDError>, resumeSource: Bool)
-  }
-
+final class EventsOwner: Sendable {
   let source: Source
-  let element: @Sendable (UInt) -> Element
-  let state = Mutex(State())
+  init(source: Source) { self.source = source }
+  deinit { source.state.sequenceDropped() }
+}
 
-  init(source: Source, element: @escaping @Sendable (UInt) -> Element) {
-    self.source = source
-    self.element = element
-  }
+/// Held by the iterator only (never by the source's handlers): its end is the end of the loop.
+final class EventsToken: Sendable {
+  let source: Source
+  init(source: Source) { self.source = source }
+  deinit { source.state.endSequence() }
+}
 
-  func next() async throws(GCDError) -> Element? {
-    let result = await withTaskCancellationHandler {
-      await withUnsafeContinuation { (consumer: Consumer) in
-        let action: Action = state.withLock { state in
-          if let value = state.buffered {
-            state.buffered = nil
-            defer { state.suspended = false }
-            return .deliver(consumer, .success(value), resumeSource: state.suspended)
-          }
-          if let failure = state.failure {
-            state.failure = nil
-            return .deliver(consumer, .failure(failure), resumeSource: false)
-          }
-          if state.finished { return .deliver(consumer, .success(nil), resumeSource: false) }
-          state.consumer = consumer
-          return .none
-        }
-        perform(action)
-      }
-    } onCancel: {
-      terminate()
-    }
-    return try result.get()
-  }
-
-  func perform(_ action: Action) {
-    switch action {
-    case .none: break
-    case .deliver(let consumer, let result, let resumeSource):
-      if resumeSource { source.resume() }
-      consumer.resume(returning: result)
-    }
-  }
-
-  /// Claims the start of the source, installs the handlers and starts it,
-  /// waiting for its registration (which never waits for the source's
-  /// queue: `Source.startRegistered`) only where an event sent before it
-  /// would be lost: a signal's; unless it was started (or suspended)
-  /// already: then `EBUSY` for the first `next()`, or the end for a
-  /// cancelled source. The claim and the check are one atomic step, so of
-  /// two sequences, or a sequence and a `resume()`, exactly one starts the
-  /// source, and the other never touches its handlers.
-  func start() {
-    guard source.claimStart() else {
-      let cancelled = source.lifecycle.load(ordering: .acquiring).isCancelled
-      state.withLock { state in
-        state.finished = true
-        if !cancelled {
-          state.failure = GCDError(
-            operation: "\(type(of: source)).makeEvents()", errno: Errno.busy,
-            detail:
-              "the source was already started (by resume() or another sequence); the sequence starts it: make it before resume()"
-          )
-        }
-      }
-      return
-    }
-    state.withLock { $0.started = true }
-    // Set before the C source is activated: libdispatch installs a handler
-    // set on an active source asynchronously. Meanwhile the word says
-    // active, so a `resume()` stops as on any running source, and a
-    // `cancel()` leaves the start to this call.
-    source.setEventHandler { [self] in received(source.data) }
-    source.state.setCancelHook { [self] in finish() }
-    if source.losesEventsBeforeRegistration {
-      Source.startRegistered([source])
+extension Source {
+  /// Claims the start of the source for its event sequence, makes the sequence's part of the
+  /// state and starts the source, waiting for its registration (which never waits for the source's
+  /// queue: `Source.startRegistered`) only where an event sent before it would be lost: a
+  /// signal's. False, touching nothing, when the source was started, suspended or cancelled
+  /// already. The claim and the check are one atomic step, so of two sequences, or a sequence and
+  /// a `resume()`, exactly one starts the source, and the other never touches its handlers.
+  final func startSequence() -> Bool {
+    guard claimStart() else { return false }
+    // Set before the C source is activated: libdispatch installs a handler set on an active source
+    // asynchronously. Meanwhile the word says active, so a `resume()` stops as on any running
+    // source, and a `cancel()` leaves the start to this call.
+    state.beginSequence(self)
+    if losesEventsBeforeRegistration {
+      Source.startRegistered([self])
     } else {
       // What arrives before the source registers waits for it (see `losesEventsBeforeRegistration`):
       // no wait, and the source registers on its own queue, as any source does.
-      source.runStartHook()
-      Libdispatch.activate(source.raw)
+      runStartHook()
+      Libdispatch.activate(raw)
+    }
+    return true
+  }
+
+  /// The sequence holds the source back (under the state's lock, so that a consumer that takes the
+  /// element releases a suspension C has seen).
+  final func holdForSequence() {
+    Libdispatch.suspend(raw)
+    lifecycle.update { $0.hold() }.perform(on: raw)
+  }
+
+  /// The consumer took the held element: the hold ends (nothing once the source is cancelled).
+  final func releaseForSequence() {
+    lifecycle.update { $0.release() }.perform(on: raw)
+  }
+}
+
+// MARK: The sequence's part of the state
+
+/// The event sequence as a view of the source's state (`SourceState.Rare`): the source's handlers
+/// (on its queue) and the consumer meet under the state's one lock; what to do is decided under
+/// it, continuations are resumed and the source's life cycle moved outside it (but the hold: see
+/// `holdForSequence`), "finished" is delivered once.
+extension SourceState {
+  /// Makes the sequence's part and installs its event block (which captures this state alone) and
+  /// the cancel block (which ends the sequence after the user's cancel handler).
+  func beginSequence(_ source: Source) {
+    let install = locked.withLock { locked in
+      locked.madeRare().sequenceSource = source
+      defer { locked.cancelInstalled = true }
+      return !locked.cancelInstalled
+    }
+    Libdispatch.source_set_event_handler(raw) { [self] in inTargetFrame { sequenceEvent() } }
+    if install { installCancelBlock() }
+  }
+
+  /// An event (on the source's queue): to the waiting consumer, or held, holding the source back.
+  func sequenceEvent() {
+    let data = eventData()
+    let consumer: Consumer? = locked.withLock { locked in
+      guard let rare = locked.rare, let source = rare.sequenceSource, !rare.finished else { return nil }
+      if let consumer = rare.consumer {
+        rare.consumer = nil
+        return consumer
+      }
+      // No one asks yet: keep the data and let the source merge the rest.
+      if rare.held == nil { source.holdForSequence() }
+      rare.held = data
+      return nil
+    }
+    consumer?.resume(returning: data)
+  }
+
+  /// The consumer's `next()`: the held element (ending the hold), the end, or a wait for either.
+  /// The task's cancellation ends the sequence.
+  func nextEvent() async -> UInt? {
+    await withTaskCancellationHandler {
+      await withUnsafeContinuation { (consumer: Consumer) in
+        enum Action {
+          case none
+          case deliver(UInt?, release: Source?)
+        }
+        let action: Action = locked.withLock { locked in
+          let rare = locked.madeRare()
+          if let data = rare.held {
+            rare.held = nil
+            return .deliver(data, release: rare.sequenceSource)
+          }
+          if rare.finished { return .deliver(nil, release: nil) }
+          rare.consumer = consumer
+          return .none
+        }
+        guard case .deliver(let data, let source) = action else { return }
+        source?.releaseForSequence()
+        consumer.resume(returning: data)
+      }
+    } onCancel: {
+      endSequence()
     }
   }
 
-  /// Makes the one iterator; false for a second one.
-  func claimIterator() -> Bool { state.claimIterator() }
+  /// Makes the sequence's one iterator; false for a second one.
+  func claimIterator() -> Bool {
+    locked.withLock { locked in
+      let rare = locked.madeRare()
+      defer { rare.iterated = true }
+      return !rare.iterated
+    }
+  }
 
   /// The sequence was dropped: ends it if it made no iterator.
   func sequenceDropped() {
-    if !state.isIterated { terminate() }
+    if !locked.withLock({ $0.rare?.iterated ?? false }) { endSequence() }
   }
 
-  /// An event (on the source's queue).
-  func received(_ data: UInt) {
-    let value = element(data)
-    let consumer: Consumer? = state.withLock { state in
-      if state.finished { return nil }
-      if let consumer = state.consumer {
-        state.consumer = nil
-        return consumer
-      }
-      // No one asks yet: keep the value and let the source merge the rest.
-      state.buffered = value
-      if !state.suspended {
-        state.suspended = true
-        // Under the lock, so a consumer that takes the value resumes a suspension C has seen.
-        source.suspend()
-      }
-      return nil
+  /// The source was cancelled (its cancel handler ran): the sequence ends once the held element, if
+  /// any, is delivered. Lets the source go (outside the lock: it may be the last reference).
+  func sequenceCancelled() {
+    let (consumer, source): (Consumer?, Source?) = locked.withLock { locked in
+      guard let rare = locked.rare, !rare.finished else { return (nil, nil) }
+      rare.finished = true
+      defer { rare.sequenceSource = nil }
+      if rare.held != nil { return (nil, rare.sequenceSource) }  // the consumer takes it, then nil
+      defer { rare.consumer = nil }
+      return (rare.consumer, rare.sequenceSource)
     }
-    consumer?.resume(returning: .success(value))
+    withExtendedLifetime(source) {}
+    consumer?.resume(returning: nil)
   }
 
-  /// The source was cancelled (its cancel handler ran): the sequence ends
-  /// once the buffered element, if any, is delivered.
-  func finish() {
-    let consumer: Consumer? = state.withLock { state in
-      state.finished = true
-      state.started = false  // cancelled already
-      if state.buffered != nil { return nil }  // the consumer takes it, then nil
-      defer { state.consumer = nil }
-      return state.consumer
+  /// The loop ended, the task was cancelled or the sequence was dropped unused: ends the sequence
+  /// and cancels the source (once), which balances the hold.
+  func endSequence() {
+    let (consumer, source): (Consumer?, Source?) = locked.withLock { locked in
+      guard let rare = locked.rare else { return (nil, nil) }
+      rare.finished = true
+      rare.held = nil
+      defer { (rare.consumer, rare.sequenceSource) = (nil, nil) }
+      return (rare.consumer, rare.sequenceSource)
     }
-    consumer?.resume(returning: .success(nil))
-  }
-
-  /// The loop ended, the task was cancelled or the sequence was dropped
-  /// unused: ends the sequence and cancels the source (once) if the
-  /// sequence started it.
-  func terminate() {
-    let (consumer, cancels): (Consumer?, Bool) = state.withLock { state in
-      if state.finished && !state.started { return (nil, false) }
-      let cancels = state.started
-      state.finished = true
-      state.started = false
-      state.buffered = nil
-      state.failure = nil
-      defer { state.consumer = nil }
-      return (state.consumer, cancels)
-    }
-    if cancels { source.cancel() }
-    consumer?.resume(returning: .success(nil))
+    source?.cancel()
+    consumer?.resume(returning: nil)
   }
 }

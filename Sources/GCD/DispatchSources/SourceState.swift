@@ -10,7 +10,8 @@ import Synchronization
 /// | `locked.queue` | the target queue, held | `setTarget(_:)` | `queue`, the registration window | the lock |
 /// | `locked.cancel`, `cancelInstalled` | the user's cancel handler | `setCancelHandler` | the cancel block, once | the lock |
 /// | `locked.registering`, `startsRegistered` | a signal sequence's registration window | `Source.startRegistered`, its registration | `setTarget(_:)`, the blocks | the lock |
-/// | `locked.hooks` | the registration handler, the package's registration and cancel hooks | `setRegistrationHandler`, a sequence's start | the registration and cancel blocks, once | the lock |
+/// | `locked.rare` | the registration handler and the package's registration hook | `setRegistrationHandler`, a signal sequence's start | the registration and cancel blocks, once | the lock |
+/// | `locked.rare` | the event sequence: its source, element held, consumer, iterated, finished | `makeEvents()`, `next()`, the loop's end | the event and cancel blocks | the lock |
 /// | `OwnedSourceState`'s fields | the package's own work (a watcher's start, a descriptor's cleanup) | `init` | `resume`, the cancel block | immutable |
 ///
 /// Held by the `Source` and by its handler blocks, never by the C source alone: a source whose
@@ -19,8 +20,13 @@ import Synchronization
 /// goes) still has the queue it runs on (`locked.queue`). Made on first use: a source that is never
 /// given a handler, a target or a sequence has none (`Source.state`).
 ///
-/// An event block captures this one object and the user's closure, the cancel and registration
-/// blocks this object alone; every hook is taken out under the lock and run outside it, once.
+/// An event block captures this one object and the user's closure (an event sequence's block,
+/// this object alone), the cancel and registration blocks this object alone; every hook is taken
+/// out under the lock and run outside it, once; a continuation is resumed outside it.
+///
+/// The event sequence (`SourceEvents`) is a view of this state, not a machine of its own: its
+/// element, its consumer and its end are fields under the lock, and its back-pressure is the
+/// life-cycle word's hold (`Lifecycle.hold`), never the user's `suspend()` count.
 ///
 /// `@unchecked Sendable` only because the class has its one subclass (`OwnedSourceState`), which
 /// the compiler's check does not allow: every stored property of both is immutable, atomic or
@@ -34,17 +40,32 @@ class SourceState: @unchecked Sendable {
   /// is held by `locked.queue` and by libdispatch's target reference.
   final let target: Atomic<UInt>
 
-  /// The rarer handlers the blocks call, each taken (and cleared) by the block that runs it, once:
-  /// a box of their own, touched only under the lock, so that a source that has none (most) does
-  /// not carry their room.
-  final class Hooks {
-    /// The user's registration handler.
+  /// What a sequence's consumer waits on: the next element's data, or nil at the end.
+  typealias Consumer = UnsafeContinuation<UInt?, Never>
+
+  /// The rarer parts, touched only under the lock: a box of their own, so that a source that has
+  /// none (most) does not carry their room.
+  final class Rare {
+    /// The user's registration handler, taken (and cleared) by the block that runs it, once.
     var registration: Source.CancelHandler = .none
     /// The package's registration hook (a signal sequence's start waiting for registration).
     var registrationHook: (@Sendable () -> Void)?
-    /// Run at cancellation after the user's cancel handler: the event sequence's end (set once, by
-    /// `SourceEvents`).
-    var cancelHook: (@Sendable () -> Void)?
+
+    // The event sequence (`SourceEvents`), the one `makeEvents()` that started the source.
+
+    /// The source, held while the sequence runs: its hold and its end need the life-cycle word.
+    /// Taken out at the end (the loop's, or the cancel block's), which breaks the cycle it makes
+    /// (source, state, source).
+    var sequenceSource: Source?
+    /// The sequence is over: the source was cancelled, or the loop ended.
+    var finished = false
+    /// An iterator was made (the sequence's drop no longer ends it).
+    var iterated = false
+    /// The data of an event taken from the source that the consumer has not asked for yet; the
+    /// source is held (`Lifecycle.hold`) while it is here.
+    var held: UInt?
+    /// The consumer waiting in `next()`.
+    var consumer: Consumer?
   }
 
   struct Locked {
@@ -60,22 +81,22 @@ class SourceState: @unchecked Sendable {
     /// Set by `Source.startRegistered` before it activates the source: only then can libdispatch
     /// run a handler block on `Registration.queue`, so only then does a block ask where it runs.
     var startsRegistered = false
-    /// The rarer handlers (registration, the sequences' hooks), made on first use.
-    var hooks: Hooks?
+    /// The rarer parts (registration, the event sequence), made on first use.
+    var rare: Rare?
 
-    /// `hooks`, made if it is not yet.
-    mutating func madeHooks() -> Hooks {
-      if let hooks { return hooks }
-      let made = Hooks()
-      hooks = made
+    /// `rare`, made if it is not yet.
+    mutating func madeRare() -> Rare {
+      if let rare { return rare }
+      let made = Rare()
+      rare = made
       return made
     }
 
     /// Takes the registration handler and hook out (each runs once).
     mutating func takeRegistration() -> (Source.CancelHandler, (@Sendable () -> Void)?) {
-      guard let hooks else { return (.none, nil) }
-      defer { (hooks.registration, hooks.registrationHook) = (.none, nil) }
-      return (hooks.registration, hooks.registrationHook)
+      guard let rare else { return (.none, nil) }
+      defer { (rare.registration, rare.registrationHook) = (.none, nil) }
+      return (rare.registration, rare.registrationHook)
     }
   }
 
@@ -152,18 +173,8 @@ class SourceState: @unchecked Sendable {
     if install { installCancelBlock() }
   }
 
-  /// Sets the package's hook run after the user's cancel handler, installing the cancel block if it
-  /// is not yet.
-  func setCancelHook(_ hook: @escaping @Sendable () -> Void) {
-    let install = locked.withLock { locked in
-      locked.madeHooks().cancelHook = hook
-      defer { locked.cancelInstalled = true }
-      return !locked.cancelInstalled
-    }
-    if install { installCancelBlock() }
-  }
-
-  /// The one cancel handler libdispatch sees: the user's, then the package's hook and cleanup.
+  /// The one cancel handler libdispatch sees: the user's, then the sequence's end and the
+  /// package's cleanup.
   final func installCancelBlock() {
     Libdispatch.source_set_cancel_handler(raw) { [self] in inTargetFrame { cancelCallout() } }
   }
@@ -180,8 +191,8 @@ class SourceState: @unchecked Sendable {
     if sendOn && Registration.isCurrent { sendToTarget { [self] in cancelHandlers() } } else { cancelHandlers() }
   }
 
-  /// The user's cancel handler, then the package's hook and cleanup (the cleanup first when the
-  /// owner asks: `OwnedSourceState.cleanupFirst`).
+  /// The user's cancel handler, then the event sequence's end and the package's cleanup (the
+  /// cleanup first when the owner asks: `OwnedSourceState.cleanupFirst`).
   final func cancelHandlers() {
     cleanup(first: true)
     call(
@@ -189,10 +200,7 @@ class SourceState: @unchecked Sendable {
         defer { locked.cancel = .none }
         return locked.cancel
       })
-    locked.withLock { locked -> (@Sendable () -> Void)? in
-      defer { locked.hooks?.cancelHook = nil }
-      return locked.hooks?.cancelHook
-    }?()
+    sequenceCancelled()
     cleanup(first: false)
   }
 
@@ -205,8 +213,8 @@ class SourceState: @unchecked Sendable {
   /// registration at once.
   func setRegistration(handler: Source.CancelHandler? = nil, hook: (@Sendable () -> Void)? = nil) {
     locked.withLock { locked in
-      if let handler { locked.madeHooks().registration = handler }
-      if let hook { locked.madeHooks().registrationHook = hook }
+      if let handler { locked.madeRare().registration = handler }
+      if let hook { locked.madeRare().registrationHook = hook }
     }
     Libdispatch.source_set_registration_handler(raw) { [self] in inTargetFrame { registrationCallout() } }
   }

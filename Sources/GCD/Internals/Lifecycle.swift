@@ -19,10 +19,16 @@ import Synchronization
 /// `suspend()` is not mistaken for an unbalanced one, but no C call
 /// follows: the C object is already balanced.
 ///
+/// A source's event sequence holds it back while no one takes the element it has taken from it
+/// (`hold`, `release`): a suspension of the package's own, beside the user's count and never
+/// mistaken for one of them, so a user's `resume()` cannot end it and `cancel()` or the drop
+/// balances it with the user's.
+///
 /// Layout: bit 0 active (for a cancelled source: started by the user),
 /// bit 1 cancelled, bit 2 `retargeted` (not life cycle: `Queue` records
 /// there that the package set a target, so that `sync`'s fast path reads
-/// one word), the suspension count from bit 3 up.
+/// one word), bit 3 held (sources: the event sequence's suspension), the
+/// user's suspension count from bit 4 up.
 @frozen
 @usableFromInline
 struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, CustomStringConvertible {
@@ -31,7 +37,8 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
   @usableFromInline static let activeBit: UInt = 1
   @usableFromInline static let cancelledBit: UInt = 2
   @usableFromInline static let retargetedBit: UInt = 4
-  @usableFromInline static let suspensionUnit: UInt = 8
+  @usableFromInline static let heldBit: UInt = 8
+  @usableFromInline static let suspensionUnit: UInt = 16
 
   @inlinable init(rawValue: UInt) { self.rawValue = rawValue }
 
@@ -64,14 +71,21 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
     case notSuspended
     /// The source was started and then cancelled.
     case cancelled
+    /// The source runs under its event sequence, which holds it back; the user has no suspension
+    /// to balance.
+    case held
   }
 
   @inlinable var isActive: Bool { rawValue & Lifecycle.activeBit != 0 }
   @inlinable var isCancelled: Bool { rawValue & Lifecycle.cancelledBit != 0 }
   /// The `suspend()` calls without their `resume()`.
   @inlinable var suspensions: UInt { rawValue / Lifecycle.suspensionUnit }
-  /// Held back by a suspension (a cancelled source never is).
-  @inlinable var isSuspended: Bool { !isCancelled && suspensions > 0 }
+  /// A source held back by its event sequence (`hold`).
+  @inlinable var isHeld: Bool { rawValue & Lifecycle.heldBit != 0 }
+  /// Held back, by the user's suspensions or by the event sequence (a cancelled source never is).
+  @inlinable var isSuspended: Bool { !isCancelled && (suspensions > 0 || isHeld) }
+  /// The C suspensions the word accounts for: the user's and the sequence's hold.
+  @inlinable var suspensionsInC: UInt { suspensions + (isHeld ? 1 : 0) }
   /// `Queue`: the package set a target on the queue.
   @inlinable var isRetargeted: Bool { rawValue & Lifecycle.retargetedBit != 0 }
 
@@ -79,6 +93,7 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
     var parts = [isCancelled ? "cancelled" : isActive ? "active" : "inactive"]
     if isCancelled && isActive { parts.append("started") }
     if suspensions > 0 { parts.append("suspended(\(suspensions))") }
+    if isHeld { parts.append("held") }
     if isRetargeted { parts.append("retargeted") }
     return parts.joined(separator: ", ")
   }
@@ -125,7 +140,24 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
       // A cancelled source is already started by its cancel: the start it asks for is moot.
       return isCancelled ? .none : .activate
     }
-    return .unbalanced(isCancelled ? .cancelled : .notSuspended)
+    return .unbalanced(isCancelled ? .cancelled : isHeld ? .held : .notSuspended)
+  }
+
+  /// The event sequence holds the source back (it took an element no one asked for yet), after
+  /// the caller has called `dispatch_suspend`, as `suspend()` does. One hold at a time; on a
+  /// cancelled source the action undoes the C call.
+  @inlinable mutating func hold() -> Action {
+    rawValue |= Lifecycle.heldBit
+    return isCancelled ? .resume : .none
+  }
+
+  /// The event sequence's consumer took the held element: the hold ends (`dispatch_resume`),
+  /// unless a cancel or the drop has balanced it already.
+  @inlinable mutating func release() -> Action {
+    if !isHeld { return .none }
+    if isCancelled { return .none }
+    rawValue &= ~Lifecycle.heldBit
+    return .resume
   }
 
   /// `cancel()` (sources): final; balances the suspensions and starts a
@@ -133,7 +165,7 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
   @inlinable mutating func cancel() -> Action {
     if isCancelled { return .none }
     rawValue |= Lifecycle.cancelledBit
-    return .settle(resumes: suspensions, activate: !isActive)
+    return .settle(resumes: suspensionsInC, activate: !isActive)
   }
 
   /// `Queue.setTarget`: records that the package set a target (not a life-cycle change).
@@ -146,7 +178,7 @@ struct Lifecycle: RawRepresentable, AtomicRepresentable, Hashable, Sendable, Cus
   /// source the wrapper cancels it first).
   @inlinable mutating func drop() -> Action {
     if isCancelled { return .none }
-    let action = Action.settle(resumes: suspensions, activate: !isActive)
+    let action = Action.settle(resumes: suspensionsInC, activate: !isActive)
     rawValue = Lifecycle.activeBit | Lifecycle.cancelledBit
     return action
   }
