@@ -9,7 +9,7 @@
 /// at its own queue again (`SourceState.endRegistration`) and ends the wait. Nothing of the user's runs
 /// here: the user's registration and cancel handlers, when libdispatch calls them on this queue,
 /// are sent on to the source's queue (`SourceState`); the event handlers that can run here
-/// before the source's new target takes effect are the package's own (the sequences' storage).
+/// before the source's new target takes effect are the package's own (a sequence's event block, the signal deliveries).
 ///
 /// A serial queue is overcommit: libdispatch gives it a thread even when every worker is busy, so
 /// the wait is as long as the manager thread's install and one handler call — microseconds.
