@@ -1,3 +1,5 @@
+import CBenchAllocations
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)
@@ -154,8 +156,15 @@ func measure(
   for round in 0..<rounds {
     for index in runnable.indices {
       let (variant, body) = runnable[(index + round) % runnable.count]
-      measurements[variant]!.samples.append(body(count))
+      let allocationsBefore = gcd_bench_allocations()
+      var sample = body(count)
       settle(heapInUse)
+      // Every thread's, the teardown the settle waited for included (as Benchmarks/callgrind.sh
+      // counts them, but over one run: the set-up's few allocations are in it).
+      if gcd_bench_counts_allocations() != 0 {
+        sample.extras["allocs"] = Double(gcd_bench_allocations() - allocationsBefore) / Double(count)
+      }
+      measurements[variant]!.samples.append(sample)
     }
   }
   return BenchmarkResult(benchmark: benchmark, measurements: measurements)

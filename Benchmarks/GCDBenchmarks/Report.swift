@@ -65,12 +65,13 @@ struct Report {
       quick
       ? "--quick: one run of each variant with a tiny count (a smoke test; the numbers mean nothing)\n\n"
       : "median and min of \(repeats) runs per variant, interleaved, after one warm-up run each "
-        + "(timer_lateness 3 runs, event_latency 5)\n\n"
+        + "(timer_lateness 3 runs, event_latency 5); allocs: heap allocations per operation, every "
+        + "thread's, the median over the runs (Benchmarks/CBenchAllocations)\n\n"
     if !results.isEmpty {
       var rows = [
         [
           "operation", "unit", "C median", "C min", "GCD median", "GCD min", "Dispatch median", "Dispatch min",
-          "GCD/C", "GCD/Dispatch",
+          "GCD/C", "GCD/Dispatch", "C allocs", "GCD allocs", "Dispatch allocs",
         ]
       ]
       for result in results {
@@ -86,6 +87,9 @@ struct Report {
         }
         row.append(result.ratio(.gcd, .c).map { fixed($0, 2) } ?? "-")
         row.append(result.ratio(.gcd, .dispatch).map { fixed($0, 2) } ?? "-")
+        for variant in Variant.allCases {
+          row.append(result.measurements[variant]?.extra("allocs").map { fixed($0, 1) } ?? "-")
+        }
         rows.append(row)
       }
       text += alignedTable(rows, leftAligned: 2) + "\n"
