@@ -15,6 +15,7 @@ DOCS_OUT := .build/documentation
 # itself: <toolchain>/usr/bin/swift -> <toolchain>/usr.
 TOOLCHAIN_USR = $(shell dirname "$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")")
 BENCH_C_LIB ?= .build/bench/libbench_c.so
+BENCH_ALLOC_LIB ?= .build/bench/libbench_allocations.so
 # How the toolchain's tools (swift-symbolgraph-extract, swift-api-digester) load the debug build's
 # GCD.swiftmodule: its module folder, the CGCD module map SwiftPM generates, the toolchain's resources.
 DEBUG_BIN = $(shell $(SWIFT) build --show-bin-path)
@@ -53,8 +54,11 @@ test: build $(BENCH_C_LIB)
 
 ## bench: GCD vs C vs `import Dispatch` in release mode (docs/performance.md);
 ## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--filter sync --svg docs/performance.svg"
-bench: $(BENCH_C_LIB)
-	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" $(SWIFT) run -c release $(SWIFTPM_FLAGS) GCDBenchmarks $(BENCH_ARGS)
+## Each operation's heap allocations are counted by $(BENCH_ALLOC_LIB), preloaded (bench_allocations.c).
+bench: $(BENCH_C_LIB) $(BENCH_ALLOC_LIB)
+	$(SWIFT) build -c release $(SWIFTPM_FLAGS) --product GCDBenchmarks
+	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" LD_PRELOAD="$(abspath $(BENCH_ALLOC_LIB))" \
+	  "$$($(SWIFT) build -c release $(SWIFTPM_FLAGS) --show-bin-path)/GCDBenchmarks" $(BENCH_ARGS)
 
 ## bench-scale: the scale curves (docs/performance.md, "Scale") in release mode: C, GCD and
 ## `import Dispatch` at N up to 100,000; writes the tables into docs/performance.md's Scale section
@@ -72,6 +76,10 @@ bench-scale-quick: $(BENCH_C_LIB)
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --scale --quick $(BENCH_ARGS)
 
 .PHONY: bench-scale bench-scale-quick
+
+$(BENCH_ALLOC_LIB): Benchmarks/c/bench_allocations.c
+	@mkdir -p $(dir $@)
+	"$(TOOLCHAIN_USR)/bin/clang" -O2 -shared -fPIC -Wall -Wextra -Werror $< -o $@
 
 $(BENCH_C_LIB): Benchmarks/c/bench_c.c
 	@mkdir -p $(dir $@)

@@ -54,10 +54,7 @@ let package = Package(
     .testTarget(name: "GCDFoundationTests", dependencies: ["GCD"]),
     // `make bench`: GCD against libdispatch from C (Benchmarks/c, built by the
     // Makefile) and against the toolchain's `Dispatch`. See docs/performance.md.
-    .executableTarget(
-      name: "GCDBenchmarks", dependencies: ["GCD", "CBenchAllocations"], path: "Benchmarks/GCDBenchmarks"),
-    // The benchmark's allocation counter: it defines malloc and its kin for the executable alone.
-    .target(name: "CBenchAllocations", path: "Benchmarks/CBenchAllocations"),
+    .executableTarget(name: "GCDBenchmarks", dependencies: ["GCD"], path: "Benchmarks/GCDBenchmarks"),
   ]
     + examples.map {
       .executableTarget(name: $0, dependencies: ["GCD"], path: "Examples/\($0.dropFirst("Example".count))")

@@ -1,5 +1,3 @@
-import CBenchAllocations
-
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)
@@ -156,19 +154,26 @@ func measure(
   for round in 0..<rounds {
     for index in runnable.indices {
       let (variant, body) = runnable[(index + round) % runnable.count]
-      let allocationsBefore = gcd_bench_allocations()
+      let allocationsBefore = allocationCount?() ?? 0
       var sample = body(count)
       settle(heapInUse)
       // Every thread's, the teardown the settle waited for included (as Benchmarks/callgrind.sh
       // counts them, but over one run: the set-up's few allocations are in it).
-      if gcd_bench_counts_allocations() != 0 {
-        sample.extras["allocs"] = Double(gcd_bench_allocations() - allocationsBefore) / Double(count)
+      if let allocationCount {
+        sample.extras["allocs"] = Double(allocationCount() - allocationsBefore) / Double(count)
       }
       measurements[variant]!.samples.append(sample)
     }
   }
   return BenchmarkResult(benchmark: benchmark, measurements: measurements)
 }
+
+/// The process's heap allocations so far, every thread's: `gcd_bench_allocations` of
+/// Benchmarks/c/bench_allocations.c, which `make bench` preloads (LD_PRELOAD); nil without it.
+let allocationCount: (@convention(c) () -> UInt)? = {
+  guard let address = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "gcd_bench_allocations") else { return nil }
+  return unsafeBitCast(address, to: (@convention(c) () -> UInt).self)
+}()
 
 /// Waits (outside the timed part) until the work a run left to
 /// libdispatch's threads is done: until the heap in use has stopped

@@ -23,6 +23,23 @@ func workItemBenchmarks(_ c: CLibrary?) -> [Benchmark] {
       ]
     ),
     Benchmark(
+      name: "workitem_graph",
+      title:
+        "work items in one pending graph, then run, per item (the scale row work_item_graph at N = the count): a root, "
+        + "a chain after it, a fan-out after it, a fan-in",
+      count: 20_000,
+      runners: [
+        .c: c.runner("scale_work_item_graph"),
+        .gcd: .run { count in
+          let queue = Queue(label: "bench.graph")
+          return Sample(value: timedGraph(count) { gcdPendingGraph($0, queue) })
+        },
+        .dispatch: .run { count in
+          let queue = DispatchQueue(label: "bench.graph")
+          return Sample(value: timedGraph(count) { dispatchPendingGraph($0, queue) })
+        },
+      ]),
+    Benchmark(
       name: "workitem_async",
       title: "work item: create + async on a serial queue + drain (no notify)",
       count: 300_000,

@@ -152,6 +152,60 @@ struct WorkItemTests {
     #expect(indirectText.contains("WorkItem.start(after:) would make a cycle"), "\(indirectText)")
   }
 
+  @Test("two starts that would close a cycle, on two threads at once: the second stops, naming the path")
+  func racingCycleStops() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      // The cycle check walks the items that wait for the one being started, through their gates,
+      // and the links are made under the same lock: one of the two starts comes second and sees the
+      // other's link, however the threads interleave.
+      let a = WorkItem {}
+      let b = WorkItem {}
+      let c = WorkItem {}
+      b.start(on: .global(), after: [c])
+      let ready = Atomic(0)
+      let both = Group()
+      for (item, dependency) in [(a, b), (c, a)] {
+        both.async(on: Queue(label: "cycle.race")) {
+          ready.add(1, ordering: .relaxed)
+          while ready.load(ordering: .relaxed) < 2 {}
+          item.start(on: .global(), after: [dependency])
+        }
+      }
+      blocking { _ = both.wait(timeout: .seconds(30)) }
+      exit(0)
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("WorkItem.start(after:) would make a cycle"), "\(text)")
+    #expect(
+      text.split(separator: " -> ", omittingEmptySubsequences: false).count == 3, "a path of three items: \(text)")
+  }
+
+  @Test("a chain of 10,000 items run to its end frees every item: the gates that held them are gone")
+  func chainFreesItsItems() async throws {
+    let freed = Counter()
+    final class Tracked: Sendable {
+      let freed: Counter
+      init(_ freed: Counter) { self.freed = freed }
+      deinit { freed.increment() }
+    }
+    let queue = Queue(label: "chain.free")
+    do {
+      var previous: WorkItem?
+      var last: WorkItem?
+      for _ in 0..<10_000 {
+        let tracked = Tracked(freed)
+        let item = WorkItem { withExtendedLifetime(tracked) {} }
+        if let previous { item.start(on: queue, after: [previous]) }
+        if last == nil { last = item }
+        previous = item
+      }
+      let end = try #require(previous)
+      queue.async(try #require(last))
+      #expect(try await end.finished == .finished)
+    }
+    #expect(await eventually { freed.current == 10_000 }, "\(freed.current) of 10,000 closures freed")
+  }
+
   // MARK: At most once
 
   @Test("perform twice runs the closure once; a later submission runs nothing")

@@ -256,22 +256,19 @@ public final class WorkItem: Sendable {
       submit(to: queue, deadline: nil)
       return
     }
+    let gate = DependencyGate(item: self, queue: queue, count: dependencies.count + 1)
     WorkItem.linking.withLock { _ in
-      // A cycle through other items ends in an item that waits for this one: an item nothing
-      // waits for (a chain's new end, the common case) skips the walk, which would otherwise
-      // cover every pending item behind it (quadratic in a chain built from its start).
-      let mayCloseCycle = dependencies.contains { $0 === self } || machine.withLock { $0.waitedOn }
-      if mayCloseCycle, let path = dependencies.lazy.compactMap({ $0.path(to: self) }).first {
+      // A cycle goes from this item through the items that wait for it to one of `dependencies`:
+      // an item nothing waits for yet (a chain's new end, the common case) skips the walk.
+      let mayCloseCycle = dependencies.contains { $0 === self } || machine.withLock { $0.isWaitedOn }
+      if mayCloseCycle, let path = pathToAny(of: dependencies) {
         fatalError(
           "GCD: WorkItem.start(after:) would make a cycle: \(ObjectIdentifier(self)) waits for itself through "
-            + "\(path.map { "\(ObjectIdentifier($0))" }.joined(separator: " -> "))")
+            + "\(path.reversed().map { "\(ObjectIdentifier($0))" }.joined(separator: " -> "))")
       }
-      machine.withLock { $0.addDependencies(dependencies) }
-      for dependency in dependencies { dependency.machine.withLock { $0.waitedOn = true } }
-    }
-    let gate = DependencyGate(item: self, queue: queue, count: dependencies.count + 1)
-    for dependency in dependencies {
-      dependency.whenComplete { _ in gate.arrive() }
+      // Under the lock, so that the next start's walk sees these links. The count's one extra
+      // arrival (this call's, below) keeps a completed dependency's arrival from submitting yet.
+      for dependency in dependencies where !dependency.machine.withLock({ $0.addGate(gate) }) { gate.arrive() }
     }
     gate.arrive()
   }
@@ -280,33 +277,27 @@ public final class WorkItem: Sendable {
   /// so two items can never be linked into a cycle at the same time.
   private static let linking = Mutex(())
 
-  /// The chain of items from this one to `target` through dependencies that
-  /// have not completed, if there is one. Each item is visited once, and the
-  /// chain is rebuilt from the visit's links only when `target` is found, so
-  /// the walk is linear in the items it reaches.
-  private func path(to target: WorkItem) -> [WorkItem]? {
+  /// The chain of items from this one through the items that wait for it (pending dependents, each
+  /// held by its gate) to one of `targets`, if there is one. Each item is visited once, and the
+  /// chain is rebuilt from the visit's links only when a target is found, so the walk is linear in
+  /// the items it reaches.
+  private func pathToAny(of targets: [WorkItem]) -> [WorkItem]? {
+    let wanted = Set(targets.map(ObjectIdentifier.init))
     var reachedFrom: [ObjectIdentifier: WorkItem] = [:]
     var seen: Set<ObjectIdentifier> = [ObjectIdentifier(self)]
     var stack: [WorkItem] = [self]
     while let item = stack.popLast() {
-      if item === target {
+      if wanted.contains(ObjectIdentifier(item)) {
         var path = [item]
         while let previous = reachedFrom[ObjectIdentifier(path[path.count - 1])] { path.append(previous) }
         return path.reversed()
       }
-      for next in item.machine.withLock({ $0.pendingDependencies }) where seen.insert(ObjectIdentifier(next)).inserted {
+      for next in item.machine.withLock({ $0.dependents }) where seen.insert(ObjectIdentifier(next)).inserted {
         reachedFrom[ObjectIdentifier(next)] = item
         stack.append(next)
       }
     }
     return nil
-  }
-
-  /// Calls `completion` with the final state once the item completes (at
-  /// once if it has), on the thread that completes it.
-  func whenComplete(_ completion: @escaping @Sendable (State) -> Void) {
-    let (registered, state) = machine.withLock { ($0.addCompletion(completion), $0.phase) }
-    if !registered { completion(state) }
   }
 
   // MARK: Cancellation

@@ -13,9 +13,6 @@ struct WorkItemMachine: ~Copyable {
   var phase: WorkItem.State = .pending
   /// `cancel()` was called (in any phase): what `isCancelled` reports.
   var cancelRequested = false
-  /// Another item was started after this one (`start(on:after:)`): only such an item can close a
-  /// cycle, so the cycle check runs only for it. Set under `WorkItem.linking`, never cleared.
-  var waitedOn = false
   /// The closure, until it runs or the item is cancelled: `begin` moves it
   /// out, so it can run only once.
   var body: (@Sendable () -> Void)?
@@ -41,15 +38,16 @@ struct WorkItemMachine: ~Copyable {
   final class Listeners {
     /// `onStateChange` handlers: called with `.running` and with the final state.
     var observers: [@Sendable (WorkItem.State) -> Void] = []
-    /// One-shot calls on completion (the gates of dependent items).
-    var completions: [@Sendable (WorkItem.State) -> Void] = []
+    /// The gates of the items started after this one (`start(on:after:)`), each told once at
+    /// completion: the first inline (a chain's link has one), the rest in an array. Also the
+    /// edges the cycle check walks (`WorkItem.dependents`): an item's pending dependents, held
+    /// strongly through their gates, present exactly until it completes. Added under
+    /// `WorkItem.linking`.
+    var firstGate: DependencyGate?
+    var moreGates: [DependencyGate] = []
     /// Tasks suspended in `finished`, by id.
     var waiters: [(id: Int, continuation: FinishedContinuation)] = []
     var nextWaiter = 0
-    /// The items this one was started after (for the cycle check of
-    /// `start(on:after:)`), weakly: a dependency dropped while pending
-    /// counts as cancelled and lets this item go.
-    var dependencies: [WeakWorkItem] = []
   }
 
   init(body: @escaping @Sendable () -> Void) {
@@ -82,7 +80,8 @@ struct WorkItemMachine: ~Copyable {
     func perform() {
       if let listeners {
         for observer in listeners.observers { observer(state) }
-        for completion in listeners.completions { completion(state) }
+        listeners.firstGate?.arrive()
+        for gate in listeners.moreGates { gate.arrive() }
         for waiter in listeners.waiters { waiter.continuation.resume(returning: state) }
       }
       if let notification { notification.queue.async(notification.work) }
@@ -155,28 +154,29 @@ struct WorkItemMachine: ~Copyable {
     return .wait(group)
   }
 
-  /// A one-shot call on completion: registered, or false when the item is
-  /// complete already (the caller calls it at once with `phase`).
-  mutating func addCompletion(_ completion: @escaping @Sendable (WorkItem.State) -> Void) -> Bool {
+  /// The gate of an item started after this one: registered, or false when this item is complete
+  /// already (the caller arrives at once).
+  mutating func addGate(_ gate: DependencyGate) -> Bool {
     if isComplete { return false }
-    withListeners { $0.completions.append(completion) }
+    withListeners { listeners in
+      if listeners.firstGate == nil { listeners.firstGate = gate } else { listeners.moreGates.append(gate) }
+    }
     return true
   }
+
+  /// The items started after this one that wait for it (its gates' items): none once it is complete.
+  var dependents: [WorkItem] {
+    guard let listeners, let first = listeners.firstGate else { return [] }
+    return [first.item] + listeners.moreGates.map(\.item)
+  }
+
+  /// Whether an item started after this one waits for it (only such an item can close a cycle).
+  var isWaitedOn: Bool { listeners?.firstGate != nil }
 
   /// An `onStateChange` handler (none once the item is complete).
   mutating func addObserver(_ observer: @escaping @Sendable (WorkItem.State) -> Void) {
     if isComplete { return }
     withListeners { $0.observers.append(observer) }
-  }
-
-  /// Links the item to the dependencies of a `start(on:after:)`.
-  mutating func addDependencies(_ dependencies: [WorkItem]) {
-    withListeners { $0.dependencies.append(contentsOf: dependencies.map { WeakWorkItem(item: $0) }) }
-  }
-
-  /// The dependencies that are still alive, for the cycle check (none once complete).
-  var pendingDependencies: [WorkItem] {
-    isComplete ? [] : listeners?.dependencies.compactMap(\.item) ?? []
   }
 
   mutating func makeWaiterID() -> Int {
@@ -215,10 +215,6 @@ struct WorkItemMachine: ~Copyable {
 }
 
 /// A weak reference to an item, for the dependency lists.
-struct WeakWorkItem {
-  weak var item: WorkItem?
-}
-
 /// The gate of an item started after others: the last dependency to
 /// complete (plus the starter itself, counted as one) submits the item.
 final class DependencyGate: Sendable {

@@ -1,31 +1,17 @@
-// Allocation counts for `make bench` (docs/performance.md, "Allocations"): the benchmark
-// executable defines the allocation functions, and the dynamic linker binds every library's calls
-// to them (the executable comes first in the global lookup scope), so each allocation of the
-// process is counted here and then made by glibc's allocator, unchanged.
+// Allocation counts for `make bench` (docs/performance.md, "Reproduce"): preloaded into the
+// benchmark (LD_PRELOAD), this library defines the allocation functions, and the dynamic linker
+// binds every library's calls to them (a preloaded object comes before every library in the
+// global lookup scope), so each allocation of the process — Swift's, libdispatch's, bench_c.c's —
+// is counted here and then made by glibc's own allocator (__libc_malloc and the rest), unchanged.
+// The benchmark finds gcd_bench_allocations with dlsym and shows no count without it
+// (Benchmarks/callgrind.sh, `make test`'s --quick run).
 //
 // One counter per thread, each on its own cache line and written only by its thread (a relaxed
 // load and store, no read-modify-write, no sharing), in static memory so that a thread's count
 // outlives it; the 1,024 first threads get one, the rest share an atomic counter. A thread finds
-// its counter through a thread-local index, which needs no allocation (static TLS of the
-// executable).
-
-#include "CBenchAllocations.h"
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define GCD_BENCH_SANITIZED 1
-#endif
-#endif
-
-#ifdef GCD_BENCH_SANITIZED
-
-// A sanitizer's runtime defines the allocation functions itself (`make sanitize` builds this
-// executable too): nothing is counted.
-int gcd_bench_counts_allocations(void) { return 0; }
-
-unsigned long gcd_bench_allocations(void) { return 0; }
-
-#else
+// its counter through a thread-local index in static TLS (initial-exec: a preloaded library gets
+// its TLS with the program's, so no thread's first access allocates from inside malloc, as a
+// dynamic TLS block would).
 
 #include <errno.h>
 #include <stdalign.h>
@@ -47,7 +33,7 @@ struct slot {
 static struct slot slots[slotCount];
 static _Atomic int slotsUsed;
 static _Atomic unsigned long shared;
-static _Thread_local int mySlot = -1;
+static _Thread_local int mySlot __attribute__((tls_model("initial-exec"))) = -1;
 
 static void counted(void) {
   int slot = mySlot;
@@ -64,7 +50,10 @@ static void counted(void) {
   }
 }
 
-int gcd_bench_counts_allocations(void) { return 1; }
+/// The heap allocations the process has made so far, every thread included: each call of malloc,
+/// calloc, realloc, aligned_alloc, posix_memalign, memalign and valloc, as valgrind's memcheck counts
+/// them ("total heap usage: N allocs").
+unsigned long gcd_bench_allocations(void);
 
 unsigned long gcd_bench_allocations(void) {
   int used = atomic_load_explicit(&slotsUsed, memory_order_relaxed);
@@ -112,5 +101,3 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
   *out = pointer;
   return 0;
 }
-
-#endif
