@@ -31,6 +31,13 @@ struct WorkItemMachine: ~Copyable {
   /// Everything that listens to the item, made on first use: an item that
   /// is only submitted (the common case) carries none of it.
   var listeners: Listeners?
+  /// The gate of the first item started after this one (`start(on:after:)`), told once at
+  /// completion; the others are in `listeners.moreGates`. Here rather than in the listeners: a
+  /// chain's link or a fan-out's leaf has one dependent and nothing else that listens, so it needs
+  /// no listeners box. With `moreGates`, the edges the cycle check walks (`dependents`): an item's
+  /// pending dependents, held strongly through their gates, present exactly until it completes.
+  /// Added under `WorkItem.linking`.
+  var firstGate: DependencyGate?
 
   /// Who listens to an item: a class, so that an item with none carries
   /// one nil pointer and hands it on by moving it. Touched only under the
@@ -38,12 +45,7 @@ struct WorkItemMachine: ~Copyable {
   final class Listeners {
     /// `onStateChange` handlers: called with `.running` and with the final state.
     var observers: [@Sendable (WorkItem.State) -> Void] = []
-    /// The gates of the items started after this one (`start(on:after:)`), each told once at
-    /// completion: the first inline (a chain's link has one), the rest in an array. Also the
-    /// edges the cycle check walks (`WorkItem.dependents`): an item's pending dependents, held
-    /// strongly through their gates, present exactly until it completes. Added under
-    /// `WorkItem.linking`.
-    var firstGate: DependencyGate?
+    /// The gates of the items started after this one but the first (`WorkItemMachine.firstGate`).
     var moreGates: [DependencyGate] = []
     /// Tasks suspended in `finished`, by id.
     var waiters: [(id: Int, continuation: FinishedContinuation)] = []
@@ -68,6 +70,7 @@ struct WorkItemMachine: ~Copyable {
   struct Completion {
     let state: WorkItem.State
     let listeners: Listeners?
+    let firstGate: DependencyGate?
     let notification: Notification?
     let group: OpaquePointer?
     /// The closure of a cancelled item, released only here, outside the lock.
@@ -78,9 +81,9 @@ struct WorkItemMachine: ~Copyable {
     /// completion sees the final state. The body goes with the value,
     /// after this returns.
     func perform() {
+      if let listeners { for observer in listeners.observers { observer(state) } }
+      firstGate?.arrive()
       if let listeners {
-        for observer in listeners.observers { observer(state) }
-        listeners.firstGate?.arrive()
         for gate in listeners.moreGates { gate.arrive() }
         for waiter in listeners.waiters { waiter.continuation.resume(returning: state) }
       }
@@ -93,7 +96,8 @@ struct WorkItemMachine: ~Copyable {
   private mutating func complete(_ state: WorkItem.State, body: (@Sendable () -> Void)?) -> Completion {
     phase = state
     return Completion(
-      state: state, listeners: listeners.take(), notification: notification.take(), group: group, body: body)
+      state: state, listeners: listeners.take(), firstGate: firstGate.take(), notification: notification.take(),
+      group: group, body: body)
   }
 
   // MARK: Events
@@ -158,20 +162,18 @@ struct WorkItemMachine: ~Copyable {
   /// already (the caller arrives at once).
   mutating func addGate(_ gate: DependencyGate) -> Bool {
     if isComplete { return false }
-    withListeners { listeners in
-      if listeners.firstGate == nil { listeners.firstGate = gate } else { listeners.moreGates.append(gate) }
-    }
+    if firstGate == nil { firstGate = gate } else { withListeners { $0.moreGates.append(gate) } }
     return true
   }
 
   /// The items started after this one that wait for it (its gates' items): none once it is complete.
   var dependents: [WorkItem] {
-    guard let listeners, let first = listeners.firstGate else { return [] }
-    return [first.item] + listeners.moreGates.map(\.item)
+    guard let first = firstGate else { return [] }
+    return [first.item] + (listeners?.moreGates.map(\.item) ?? [])
   }
 
   /// Whether an item started after this one waits for it (only such an item can close a cycle).
-  var isWaitedOn: Bool { listeners?.firstGate != nil }
+  var isWaitedOn: Bool { firstGate != nil }
 
   /// An `onStateChange` handler (none once the item is complete).
   mutating func addObserver(_ observer: @escaping @Sendable (WorkItem.State) -> Void) {
