@@ -126,7 +126,8 @@ struct ScaleResult {
     }
     if let memory = memoryRatio {
       let limit = quick ? row.quickMemoryLimit : 1.5
-      parts.append("memory GCD/C \(fixed(memory, 2)) ≤ \(fixed(limit, 1))")
+      let shown = (limit * 10).rounded() == limit * 10 ? fixed(limit, 1) : fixed(limit, 2)
+      parts.append("memory GCD/C \(fixed(memory, 2)) ≤ \(shown)")
       if memory > limit { holds = false }
     }
     if quick, let limit = row.quickDispatchMemoryLimit, let memory = memoryRatio(over: .dispatch) {
