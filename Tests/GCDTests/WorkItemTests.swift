@@ -433,13 +433,17 @@ struct WorkItemTests {
     let item = WorkItem { gate.wait() }
     let waited = Counter()
     let all = Latch(count: 4)
-    for _ in 0..<4 {
-      Queue.global().async {
+    // Each waiter blocks a thread of its own: a serial queue's (an overcommit thread), not the
+    // global pool's, which the item itself needs. Four blocked pool threads left the item to wait
+    // for the pool to grow, and under ASan on a loaded two-core machine one waiter's 10 s ran out
+    // first (CI: 3 of 4 waited).
+    for index in 0..<4 {
+      Queue(label: "workitem.waiter-\(index)").async {
         if item.wait(timeout: generousTimeout) { waited.increment() }
         all.signal()
       }
     }
-    Queue.global().async(item)
+    Queue(label: "workitem.many-waiters").async(item)
     gate.signal()
     let allDone = all.wait()
     item.wait()
