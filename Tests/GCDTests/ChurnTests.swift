@@ -357,13 +357,13 @@ private func churnProcesses() -> Never {
   tally.end("process sources")
 }
 
-// MARK: - What the nested epoll changes, and what it must not
+// MARK: - What the descriptor fence changes, and what it must not
 
-/// What the epoll instance between libdispatch and a descriptor source's descriptor
-/// (docs/sources-linux.md) adds, and costs: one descriptor per source, emptied before the cancel
-/// handler and kept for the next source (or closed); an error alone (a full pipe whose reader died)
-/// now reaches the handler.
-@Suite("Descriptor sources: the nested epoll")
+/// What the epoll instance between libdispatch and the descriptor sources' descriptors
+/// (`DescriptorFence`, docs/sources-linux.md) adds, and costs: one instance for the process, no
+/// descriptor per source, each descriptor out of it before its sources' cancel handlers; an error
+/// alone (a full pipe whose reader died) reaches the handler.
+@Suite("Descriptor sources: the fence")
 struct NestedEpollTests {
   // On main this timed out: libdispatch ignores an EPOLLERR that comes alone (no EPOLLOUT), so the
   // source never fired while its manager thread spun (docs/reliability.md, "a full pipe whose reader dies").
@@ -411,11 +411,11 @@ struct NestedEpollTests {
   }
 
   @Test(
-    "one epoll descriptor per pipe or socket source, close-on-exec, emptied before the cancel handler; none for a regular file"
+    "no descriptor of their own for pipe and socket sources: one fence instance for the process, close-on-exec, holding each descriptor until its cancel handler; none held after"
   )
-  func oneDescriptorPerSource() async {
+  func noDescriptorPerSource() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      countNestDescriptors()
+      countFenceDescriptors()
     }
     let text = standardError(of: result)
     #expect(text.contains("exit-test child: ok"), "\(text)")
@@ -457,50 +457,52 @@ struct NestedEpollTests {
   }
 }
 
-/// In an exit test's child: the epoll descriptors of the process before, while and after a read and
-/// a write source on a pipe, a read source on a socket and one on a regular file exist.
-private func countNestDescriptors() -> Never {
+/// In an exit test's child: the process's descriptors before, while and after a read and a write
+/// source on a pipe, a read and a write source on one socket (a connection's two), a read source
+/// on a regular file, then 200 sources on 100 more connections, exist.
+private func countFenceDescriptors() -> Never {
   warmUpDispatch()
-  @Sendable func epollDescriptors() -> Set<Int32> {
-    Set(openDescriptorTargets().filter { $0.value.contains("eventpoll") }.keys)
-  }
-  let before = epollDescriptors()
   let (readEnd, writeEnd) = makePipe()
   let (mine, peer) = makeSocketPair()
   let path = temporaryFile(containing: patternBytes(8))
   let file = open(path, O_RDONLY | O_CLOEXEC)
   unlink(path)
-  let queue = Queue(label: "nest.count")
+  let before = Set(allOpenDescriptorTargets().keys)
+  let queue = Queue(label: "fence.count")
   let sources: [Source]
+  let onFile: ReadSource
   do {
     sources = [
       try ReadSource(fileDescriptor: readEnd, queue: queue),
       try WriteSource(fileDescriptor: writeEnd, queue: queue),
       try ReadSource(fileDescriptor: mine, queue: queue),
+      try WriteSource(fileDescriptor: mine, queue: queue),
     ]
+    onFile = try ReadSource(fileDescriptor: file, queue: queue)
   } catch {
     endChild("failed: \(error)")
   }
-  let onFile: ReadSource
-  do {
-    onFile = try ReadSource(fileDescriptor: file, queue: queue)
-  } catch {
-    endChild("failed: on a regular file: \(error)")
-  }
-  let nests = epollDescriptors().subtracting(before)
-  childCheck(nests.count == 3, "\(nests.count) new epoll descriptors for three pipe and socket sources, not 3")
-  for descriptor in nests {
-    childCheck(fcntl(descriptor, F_GETFD) & FD_CLOEXEC != 0, "epoll descriptor \(descriptor) is not close-on-exec")
-  }
-  // Each cancel handler runs once its nest has let the user's descriptor go (the nest is emptied
-  // before the handler and given back to the pool), and closes the user's descriptor.
+  // The first descriptor source of the process makes the fence, its one epoll instance (here
+  // `warmUpDispatch` made it, or these sources do); no source adds a descriptor of its own.
+  let added = Set(allOpenDescriptorTargets().keys).subtracting(before)
+  let fences = allOpenDescriptorTargets().filter { (epollTargets(of: $0.key) ?? []).contains(readEnd) }.keys
+  childCheck(fences.count == 1, "\(fences.count) epoll instances watch the pipe, not 1 (the process's fence)")
+  let fence = fences.first!
+  childCheck(added.subtracting([fence]).isEmpty, "new descriptors for five sources: \(added.sorted()), fence \(fence)")
+  childCheck(fcntl(fence, F_GETFD) & FD_CLOEXEC != 0, "the fence's epoll descriptor \(fence) is not close-on-exec")
+  let watched = Set(epollTargets(of: fence) ?? [])
+  childCheck(
+    watched == [readEnd, writeEnd, mine], "the fence watches \(watched.sorted()), not the pipe and the socket")
+  // Each cancel handler runs once the fence has let the user's descriptor go (the socket's after
+  // its second source), and closes it.
   let cancelled = Latch(count: sources.count + 1)
   let heldInHandler = Atomic<Int>(0)
-  for (source, descriptor) in zip(sources, [readEnd, writeEnd, mine]) {
+  for (source, descriptor) in zip(sources, [readEnd, writeEnd, mine, mine]) {
     source.setCancelHandler {
-      let holding = nests.filter { (epollTargets(of: $0) ?? []).contains(descriptor) }
-      heldInHandler.add(holding.count, ordering: .relaxed)
-      close(descriptor)
+      if descriptor != mine && (epollTargets(of: fence) ?? []).contains(descriptor) {
+        heldInHandler.add(1, ordering: .relaxed)
+      }
+      if descriptor != mine { close(descriptor) }
       cancelled.signal()
     }
   }
@@ -508,12 +510,41 @@ private func countNestDescriptors() -> Never {
   for source in sources + [onFile] { source.resume() }
   for source in sources + [onFile] { source.cancel() }
   childCheck(cancelled.wait(), "a cancel handler did not run")
-  childCheck(heldInHandler.load(ordering: .relaxed) == 0, "a nest still held its descriptor in the cancel handler")
-  // Given back empty (idle, left out of the listing) or closed: no nest still watches anything.
-  childCheck(pollUntil { epollDescriptors().intersection(nests).isEmpty }, "an epoll descriptor stayed in use")
+  childCheck(heldInHandler.load(ordering: .relaxed) == 0, "the fence still held a descriptor in its cancel handler")
+  childCheck(pollUntil { epollTargets(of: fence) == [] }, "the fence still watches \(epollTargets(of: fence) ?? [])")
+  close(mine)
   close(peer)
   close(file)
-  endChild("ok: 3 nests for 3 sources, none for a regular file")
+  // 100 connections, a read and a write source each: no descriptor but the sockets'; none after.
+  let baseline = Set(allOpenDescriptorTargets().keys)
+  let pairs = (0..<100).map { _ in makeSocketPair() }
+  var connections: [Source] = []
+  for (socket, _) in pairs {
+    do {
+      connections.append(try ReadSource(fileDescriptor: socket, queue: queue))
+      connections.append(try WriteSource(fileDescriptor: socket, queue: queue))
+    } catch {
+      endChild("failed: \(error)")
+    }
+  }
+  let sockets = Set(pairs.flatMap { [$0.0, $0.1] })
+  let others = allOpenDescriptorTargets().filter { !baseline.contains($0.key) && !sockets.contains($0.key) }
+  childCheck(others.isEmpty, "descriptors besides the sockets for 100 connections' 200 sources: \(others)")
+  let done = Latch(count: connections.count)
+  for source in connections {
+    source.setCancelHandler { done.signal() }
+    source.resume()
+    source.cancel()
+  }
+  childCheck(done.wait(), "a connection's cancel handler did not run")
+  for (first, second) in pairs {
+    close(first)
+    close(second)
+  }
+  childCheck(
+    pollUntil { Set(allOpenDescriptorTargets().keys) == baseline },
+    "descriptors left after 100 connections: \(Set(allOpenDescriptorTargets().keys).subtracting(baseline).sorted())")
+  endChild("ok: one fence for the process, no descriptor per source, none held after")
 }
 
 /// 4 threads, each round: a pipe, a stream channel on its read end; the thread writes 64 bytes and

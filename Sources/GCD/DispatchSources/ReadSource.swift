@@ -54,22 +54,22 @@ public final class ReadSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    let (created, nest) = try Source.create(
+    let (created, watch) = try Source.create(
       descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
-    self.nest = nest
-    super.init(created: created, queue: queue, nest: nest)
+    self.watch = watch
+    super.init(created: created, queue: queue, watch: watch)
   }
 
-  /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
-  let nest: EpollNest?
+  /// The source's watch in the descriptor fence; nil for a regular file (libdispatch watches it).
+  let watch: DescriptorWatch?
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.
   public var bytesAvailable: Int { Int(clamping: data) }
 
   /// The bytes queued to read on the descriptor (`FIONREAD`), read when asked; 0 at end of file,
   /// 1 where the descriptor cannot tell (a listening socket: connections are waiting).
-  public override var data: UInt { nest?.estimate ?? super.data }
+  public override var data: UInt { watch?.estimate ?? super.data }
 
   /// The watched descriptor.
   public let fileDescriptor: Int32

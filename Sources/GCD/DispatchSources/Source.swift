@@ -64,15 +64,30 @@ public class Source: GCDObject, @unchecked Sendable {
   /// a directory (epoll cannot watch one: libdispatch would accept it and the source would never
   /// fire). The initializer the descriptor sources share.
   ///
-  /// A descriptor epoll can watch (a pipe, a socket, a terminal) goes into an epoll instance of
-  /// the package's own (`EpollNest`), and the C source is a read source on that instance, so that
+  /// A descriptor epoll can watch (a pipe, a socket, a terminal) goes into the package's descriptor
+  /// fence (`DescriptorFence`), and the C source is a DATA_OR source the fence merges into, so that
   /// libdispatch never sees the descriptor hang up (swift-corelibs-libdispatch#949). A regular
-  /// file, which epoll cannot watch and which never hangs up, is given to libdispatch directly
-  /// (`nest` is nil), as is any other descriptor epoll refuses.
+  /// file, which epoll cannot watch (`EPERM`) and which never hangs up, is given to libdispatch
+  /// directly (`watch` is nil). The registration answers for the descriptor: `EBADF` when it is
+  /// not open; only a refused one is looked at (`fstat`), to tell a directory from a file.
   static func create(
     descriptor: Int32, _ type: Libdispatch.SourceType, queue: Queue, operation: @autoclosure () -> String
-  ) throws(GCDError) -> (created: OpaquePointer, nest: EpollNest?) {
-    guard descriptor >= 0, let status = system_fstat(descriptor) else {
+  ) throws(GCDError) -> (created: OpaquePointer, watch: DescriptorWatch?) {
+    guard descriptor >= 0 else {
+      throw GCDError(operation: operation(), errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
+    }
+    let fence = try DescriptorFence.shared(operation())
+    let merged = try create(.dataOr, queue: queue)
+    let watch: DescriptorWatch?
+    do {
+      watch = try fence.register(descriptor, writable: type == .write, target: merged, operation: operation())
+    } catch {
+      discard(merged)
+      throw error
+    }
+    if let watch { return (merged, watch) }
+    discard(merged)
+    guard let status = system_fstat(descriptor) else {
       throw GCDError(operation: operation(), errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
     }
     if status.isDirectory {
@@ -80,20 +95,15 @@ public class Source: GCDObject, @unchecked Sendable {
         operation: operation(), errno: Errno.isDirectory,
         detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")
     }
-    let nest =
-      status.epollRefuses
-      ? nil
-      : try EpollNest.make(
-        watching: descriptor, writable: type == .write,
-        file: EpollNest.WatchedFile(device: status.device, inode: status.inode), operation: operation())
-    guard let nest else { return (try create(type, handle: UInt(descriptor), queue: queue), nil) }
-    do {
-      // An epoll instance is readable while the descriptor in it is ready, and never writable.
-      return (try create(.read, handle: UInt(nest.instance), queue: queue), nest)
-    } catch {
-      nest.release()
-      throw error
-    }
+    return (try create(type, handle: UInt(descriptor), queue: queue), nil)
+  }
+
+  /// Releases a created C source no wrapper took over: cancelled and started first (libdispatch
+  /// traps on the release of an inactive source).
+  private static func discard(_ created: OpaquePointer) {
+    Libdispatch.source_cancel(created)
+    Libdispatch.activate(created)
+    Libdispatch.release(created)
   }
 
   /// Takes over `created` (from `create`), whose handlers run on `queue`.
@@ -103,16 +113,16 @@ public class Source: GCDObject, @unchecked Sendable {
   ///     cancelled (closing a descriptor it opened), after the user's
   ///     cancel handler; runs once.
   ///   - onActivate: Called once when the source is first started.
-  ///   - nest: For a read or write source, the epoll instance its C source watches (from
-  ///     `create(descriptor:)`): given back before the user's cancel handler, while the user's
-  ///     descriptor is still open, and a handler's `data` is its estimate.
+  ///   - watch: For a read or write source, its watch in the descriptor fence (from
+  ///     `create(descriptor:)`): unregistered before the user's cancel handler, while the user's
+  ///     descriptor is still open; re-armed after each event handler; a handler's `data` is its
+  ///     estimate.
   init(
     created: OpaquePointer, queue: Queue,
-    ownedCleanup: (@Sendable () -> Void)? = nil, onActivate: (@Sendable () -> Void)? = nil, nest: EpollNest? = nil
+    ownedCleanup: (@Sendable () -> Void)? = nil, onActivate: (@Sendable () -> Void)? = nil,
+    watch: DescriptorWatch? = nil
   ) {
-    let ownedCleanup = nest?.releasing ?? ownedCleanup
-    var estimate: (@Sendable () -> UInt)?
-    if let nest { estimate = { nest.estimate } }
+    let ownedCleanup = watch?.unregistering ?? ownedCleanup
     lifecycle = Atomic(.inactive)
     createdQueue = queue
     hasStartHook = onActivate != nil
@@ -123,8 +133,8 @@ public class Source: GCDObject, @unchecked Sendable {
       // The package's own kinds: their state at once, and their cleanup runs however the source
       // ends, so its cancel block is installed now.
       let state = OwnedSourceState(
-        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: nest != nil, onActivate: onActivate,
-        estimate: estimate)
+        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: watch != nil, onActivate: onActivate,
+        watch: watch)
       stateWord = Atomic(Unmanaged.passRetained(state))
       super.init(raw: created)
       if ownedCleanup != nil { state.installCancelBlock() }

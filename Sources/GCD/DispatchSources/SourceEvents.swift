@@ -202,7 +202,10 @@ extension SourceState {
       defer { locked.cancelInstalled = true }
       return !locked.cancelInstalled
     }
-    Libdispatch.source_set_event_handler(raw) { [self] in inTargetFrame { sequenceEvent() } }
+    Libdispatch.source_set_event_handler(raw) { [self] in
+      inTargetFrame { sequenceEvent() }
+      eventDone()
+    }
     if install { installCancelBlock() }
   }
 

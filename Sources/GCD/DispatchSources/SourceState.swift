@@ -142,23 +142,34 @@ class SourceState: @unchecked Sendable {
       queue: OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped, flags: word & frameExclusive, body)
   }
 
-  /// A closure as a handler block that runs inside a frame of the target queue.
+  /// A closure as an event handler block that runs inside a frame of the target queue, then tells
+  /// the state the event is handled (`eventDone`).
   ///
   /// The blocks of this file capture the state and at most the user's closure: a block that
   /// captures one object alone costs no closure context (Swift passes the object as the context),
   /// only libdispatch's copy of the block.
   final func block(_ handler: @escaping @Sendable () -> Void) -> @convention(block) () -> Void {
-    return { [self] in inTargetFrame(handler) }
+    return { [self] in
+      inTargetFrame(handler)
+      eventDone()
+    }
   }
 
   /// A value handler as a handler block: `handler` gets the event's data (`eventData`).
   final func valueBlock(_ handler: @escaping @Sendable (UInt) -> Void) -> @convention(block) () -> Void {
-    return { [self] in inTargetFrame { handler(eventData()) } }
+    return { [self] in
+      inTargetFrame { handler(eventData()) }
+      eventDone()
+    }
   }
 
+  /// After each event handler: a read or write source re-arms its watch in the descriptor fence
+  /// (`OwnedSourceState`); nothing for the others.
+  func eventDone() {}
+
   /// `data` in a handler: the C source's pending data (libdispatch holds the C source while its
-  /// handler runs; the block holds this state, which holds the pointer). A read or write source on
-  /// a nest overrides it with its estimate (`OwnedSourceState`).
+  /// handler runs; the block holds this state, which holds the pointer). A read or write source in
+  /// the descriptor fence overrides it with its estimate (`OwnedSourceState`).
   func eventData() -> UInt { Libdispatch.source_get_data(raw) }
 
   // MARK: Cancellation
@@ -288,19 +299,20 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
   /// Run once at cancellation, after the user's cancel handler (or before it, when `cleanupFirst`).
   let ownedCleanup: (@Sendable () -> Void)?
   /// Whether `ownedCleanup` runs before the user's cancel handler: work that needs the user's
-  /// descriptor still open (a nest's `EPOLL_CTL_DEL`), which the user closes in that handler.
+  /// descriptor still open (the fence's `EPOLL_CTL_DEL`), which the user closes in that handler.
   let cleanupFirst: Bool
   /// Called once when the source is first started (before activation).
   let onActivate: (@Sendable () -> Void)?
 
-  /// The estimate a read or write source on a nest gives as `data` (the nest's), or nil.
-  let estimate: (@Sendable () -> UInt)?
+  /// A read or write source's watch in the descriptor fence: re-armed after each event handler,
+  /// and its estimate is what the handlers see as `data`; nil for the other kinds.
+  let watch: DescriptorWatch?
 
   init(
     raw: OpaquePointer, queue: Queue, cleanup: (@Sendable () -> Void)?, cleanupFirst: Bool,
-    onActivate: (@Sendable () -> Void)?, estimate: (@Sendable () -> UInt)? = nil
+    onActivate: (@Sendable () -> Void)?, watch: DescriptorWatch? = nil
   ) {
-    self.estimate = estimate
+    self.watch = watch
     ownedCleanup = cleanup
     self.cleanupFirst = cleanupFirst
     self.onActivate = onActivate
@@ -313,5 +325,7 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
 
   override func startHook() { onActivate?() }
 
-  override func eventData() -> UInt { estimate?() ?? Libdispatch.source_get_data(raw) }
+  override func eventData() -> UInt { watch?.estimate ?? Libdispatch.source_get_data(raw) }
+
+  override func eventDone() { if let watch { watch.fence.rearm(watch) } }
 }

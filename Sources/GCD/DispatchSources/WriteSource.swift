@@ -28,8 +28,8 @@ public final class WriteSource: Source, @unchecked Sendable {
   /// The watched descriptor.
   public let fileDescriptor: Int32
 
-  /// The epoll instance libdispatch watches instead of the descriptor; nil for a regular file.
-  let nest: EpollNest?
+  /// The source's watch in the descriptor fence; nil for a regular file (libdispatch watches it).
+  let watch: DescriptorWatch?
 
   /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source
   /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
@@ -63,16 +63,16 @@ public final class WriteSource: Source, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
-    let (created, nest) = try Source.create(
+    let (created, watch) = try Source.create(
       descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
     self.fileDescriptor = fileDescriptor
-    self.nest = nest
-    super.init(created: created, queue: queue, nest: nest)
+    self.watch = watch
+    super.init(created: created, queue: queue, watch: watch)
   }
 
   /// What libdispatch reports: the bytes still queued for sending on a socket (`SIOCOUTQ`), 1 for
   /// a pipe; read from the descriptor when asked.
-  public override var data: UInt { nest?.estimate ?? super.data }
+  public override var data: UInt { watch?.estimate ?? super.data }
 
   /// The watched descriptor, as a handle.
   public override var handle: UInt { UInt(bitPattern: Int(fileDescriptor)) }

@@ -248,6 +248,51 @@ func system_epoll_remove(_ epoll: Int32, _ descriptor: Int32) -> Int32 {
   return epoll_ctl(epoll, Int32(EPOLL_CTL_DEL), descriptor, &event)
 }
 
+/// `epoll_ctl(EPOLL_CTL_ADD)` (or `EPOLL_CTL_MOD` when `modify`) of `descriptor` for `events`, with
+/// `key` as the event's data; -1 and errno on failure (`EBADF`: not open; `EPERM`: epoll cannot
+/// watch this kind of file; `ENOENT` for a modification: the open file `descriptor` names now is
+/// not the one registered).
+func system_epoll_control(_ epoll: Int32, modify: Bool, _ descriptor: Int32, events: UInt32, key: UInt64) -> Int32 {
+  var event = epoll_event()
+  event.events = events
+  event.data.u64 = key
+  return epoll_ctl(epoll, Int32(modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD), descriptor, &event)
+}
+
+/// `epoll_wait`'s records, for one reader at a time (allocated once, never freed: the descriptor
+/// fence's, which lives as long as the process).
+struct EpollRecords: @unchecked Sendable {
+  let records: UnsafeMutablePointer<epoll_event>
+  let capacity: Int
+
+  init(capacity: Int) {
+    records = .allocate(capacity: capacity)
+    records.initialize(repeating: epoll_event(), count: capacity)
+    self.capacity = capacity
+  }
+
+  /// `epoll_wait(epoll, records, capacity, 0)`, again on `EINTR`: how many records are filled (0
+  /// when nothing is ready).
+  func wait(_ epoll: Int32) -> Int {
+    while true {
+      let count = epoll_wait(epoll, records, Int32(capacity), 0)
+      if count < 0 && errno == EINTR { continue }
+      return max(0, Int(count))
+    }
+  }
+
+  /// The key (the event's data) of record `index`.
+  func key(_ index: Int) -> UInt64 { records[index].data.u64 }
+  /// The events of record `index`.
+  func events(_ index: Int) -> UInt32 { records[index].events }
+}
+
+/// The epoll flags the descriptor fence uses.
+let system_epollIn = EPOLLIN.rawValue
+let system_epollOut = EPOLLOUT.rawValue
+let system_epollReadHangUp = EPOLLRDHUP.rawValue
+let system_epollOneShot = EPOLLONESHOT.rawValue
+
 /// `epoll_wait(epoll, …, 0)` until nothing is ready: the union of the events
 /// reported (0 when none was, or when the outer poll already consumed it).
 func system_epoll_drain(_ epoll: Int32) -> UInt32 {

@@ -123,7 +123,7 @@ public final class ProcSource: Source, @unchecked Sendable {
     // The pidfd hangs up once the process is reaped: libdispatch watches it through a nest.
     let nest: EpollNest?
     do {
-      nest = try EpollNest.make(watching: descriptor, writable: false, operation: operation)
+      nest = try EpollNest.make(watching: descriptor, operation: operation)
     } catch {
       system_close(descriptor)
       throw error

@@ -1,0 +1,289 @@
+import Synchronization
+
+/// The fence between libdispatch and the pipes, sockets and terminals that read and write sources
+/// watch (swift-corelibs-libdispatch#949; docs/sources-linux.md, "Descriptor sources: the fence").
+///
+/// libdispatch's epoll layer frees the record of a descriptor that reported a hang-up or an error
+/// while its manager thread may still use it (a use after free under connection churn). So a
+/// `ReadSource` or `WriteSource` never shows libdispatch its descriptor. The process has one epoll
+/// instance of the package's own, created on first use and never closed, which holds every
+/// watched descriptor once, with the union of its sources' interests, one-shot; libdispatch
+/// watches only that instance, with one read source on a serial queue of the package's own, and
+/// that instance never hangs up, errs or leaves libdispatch. Each source's C object is a DATA_OR
+/// source on the user's queue: the fence's reader takes the ready descriptors out of the instance
+/// (`epoll_wait` with no timeout) and merges 1 into the C source of each armed watch that the
+/// event concerns; the watch re-arms after its handler has run (`rearm`), and the modification
+/// asks the kernel again, so data the handler left behind, or that came meanwhile, fires at once:
+/// the level semantics of a libdispatch read or write source. A suspended source merges what comes
+/// and runs no handler, so it is not re-armed and the kernel stops reporting it.
+///
+/// A source costs no descriptor of its own: a connection's read and write sources take only the
+/// user's. The registration answers what an `fstat` used to: `EBADF` for a descriptor that is not
+/// open, `EPERM` for a file epoll cannot watch (a regular file, a directory), which the caller
+/// gives to libdispatch directly (it never hangs up) or refuses (a directory).
+///
+/// Interleavings: the table is one `Mutex`. Every merge, arm, re-arm and removal happens under it,
+/// so a watch's C source is merged only while the watch is in the table, and the table holds a
+/// reference to it (retained in `register`, released in `unregister`, outside the lock). Each
+/// registration of a descriptor number carries a generation in its key (`generation << 32 |
+/// descriptor`), bumped on every `EPOLL_CTL_ADD`: a record read by the reader after its
+/// registration was removed, or after the number was closed and reused, finds another generation,
+/// or no entry, and is dropped — the reader never follows a pointer the kernel hands back.
+/// `unregister` runs in the source's cancel path before the user's cancel handler (which may close
+/// the descriptor), so the `EPOLL_CTL_DEL` always precedes the close and any reuse of the number.
+/// `DescriptorFenceTests` and the churn tests (4 threads creating and cancelling under the
+/// scribbling allocator, TSan) cover it.
+final class DescriptorFence: Sendable {
+  /// The fence, made on first use (its creation can fail: `EMFILE`).
+  private static let made = Mutex<DescriptorFence?>(nil)
+
+  /// The process's fence.
+  ///
+  /// - Throws: `GCDError` naming `operation` and `epoll_create1` when the process has no descriptor
+  ///   left for it (then the next source tries again).
+  static func shared(_ operation: @autoclosure () -> String) throws(GCDError) -> DescriptorFence {
+    try made.withLock { made throws(GCDError) -> DescriptorFence in
+      if let made { return made }
+      let instance = try checkedCall(operation() + ": epoll_create1", detail: explainCreate) { system_epoll_create() }
+      let fence = DescriptorFence(instance: instance)
+      made = fence
+      return fence
+    }
+  }
+
+  /// One watched descriptor: its registration's generation and its watches, each armed or not.
+  struct Entry {
+    var generation: UInt32
+    var watches: [(watch: DescriptorWatch, armed: Bool)]
+
+    /// The events the kernel is to report: the union of the armed watches' interests.
+    var mask: UInt32 {
+      var mask: UInt32 = 0
+      for (watch, armed) in watches where armed { mask |= watch.interest }
+      return mask
+    }
+  }
+
+  struct Table {
+    var entries: [Int32: Entry] = [:]
+    var generation: UInt32 = 0
+  }
+
+  /// The epoll instance: what libdispatch watches.
+  let instance: Int32
+  let table = Mutex(Table())
+  /// The reader's records: used only by the reader's handler, on `queue` (serial).
+  private let records = EpollRecords(capacity: 64)
+  /// The serial queue the reader runs on.
+  private let queue = Queue(label: "GCD.descriptors")
+
+  private init(instance: Int32) {
+    self.instance = instance
+    // Never cancelled: the instance and its reader live as long as the process.
+    guard let reader = Libdispatch.source_create(.read, UInt(instance), 0, queue.raw) else {
+      fatalError("GCD: libdispatch refused a read source on the descriptor fence's epoll instance \(instance)")
+    }
+    Libdispatch.source_set_event_handler(reader) { [self] in drain() }
+    Libdispatch.activate(reader)
+  }
+
+  /// The key of a registration: its generation and the descriptor.
+  static func key(_ descriptor: Int32, _ generation: UInt32) -> UInt64 {
+    UInt64(generation) << 32 | UInt64(UInt32(bitPattern: descriptor))
+  }
+
+  /// Starts watching `descriptor` for `target`, a DATA_OR C source that gets 1 merged when the
+  /// descriptor is readable (or writable, for `writable`), has hung up or has an error; nil when
+  /// epoll cannot watch the descriptor (`EPERM`: a regular file, a directory).
+  ///
+  /// - Throws: `GCDError` naming `operation` and `epoll_ctl`: `EBADF` (not an open descriptor),
+  ///   `ENOSPC` (the per-user watch limit), `ENOMEM`.
+  func register(
+    _ descriptor: Int32, writable: Bool, target: OpaquePointer, operation: @autoclosure () -> String
+  ) throws(GCDError) -> DescriptorWatch? {
+    let watch = DescriptorWatch(fence: self, descriptor: descriptor, writable: writable, target: target)
+    Libdispatch.retain(target)
+    let outcome: Result<(registered: Bool, stale: [DescriptorWatch]), GCDError> = table.withLock { table in
+      var stale: [DescriptorWatch] = []
+      if var entry = table.entries[descriptor] {
+        entry.watches.append((watch, true))
+        let key = DescriptorFence.key(descriptor, entry.generation)
+        if system_epoll_control(instance, modify: true, descriptor, events: entry.mask | system_epollOneShot, key: key)
+          == 0
+        {
+          table.entries[descriptor] = entry
+          return .success((true, []))
+        }
+        let error = system_errno
+        guard error == Errno.noSuchFileOrDirectory else { return .failure(registrationError(operation(), error)) }
+        // The number was closed and now names another file (the old registration left with the
+        // old file): the entry's watches will never fire; the new registration replaces them.
+        stale = entry.watches.dropLast().map(\.watch)
+        table.entries[descriptor] = nil
+      }
+      table.generation &+= 1
+      let entry = Entry(generation: table.generation, watches: [(watch, true)])
+      let key = DescriptorFence.key(descriptor, entry.generation)
+      if system_epoll_control(instance, modify: false, descriptor, events: entry.mask | system_epollOneShot, key: key)
+        != 0
+      {
+        let error = system_errno
+        if error == Errno.notPermitted { return .success((false, stale)) }
+        return .failure(registrationError(operation(), error))
+      }
+      table.entries[descriptor] = entry
+      return .success((true, stale))
+    }
+    switch outcome {
+    case .success(let (registered, stale)):
+      for old in stale { Libdispatch.release(old.target) }
+      if registered { return watch }
+      Libdispatch.release(target)
+      return nil
+    case .failure(let error):
+      Libdispatch.release(target)
+      throw error
+    }
+  }
+
+  /// The reader's handler (on `queue`): every ready record, until none is; each merges into the
+  /// armed watches it concerns, which are disarmed, and re-arms the registration for the others
+  /// (one-shot disables all of it).
+  private func drain() {
+    while true {
+      let count = records.wait(instance)
+      guard count > 0 else { return }
+      table.withLock { table in
+        for index in 0..<count {
+          let key = records.key(index)
+          let descriptor = Int32(bitPattern: UInt32(truncatingIfNeeded: key))
+          guard var entry = table.entries[descriptor], entry.generation == UInt32(truncatingIfNeeded: key >> 32) else {
+            continue  // removed, or replaced: a record of an earlier registration
+          }
+          let events = records.events(index)
+          let failed = events & system_epollError != 0
+          let readable = failed || events & (system_epollIn | system_epollReadHangUp) != 0
+          let writable = failed || events & system_epollOut != 0
+          for slot in entry.watches.indices where entry.watches[slot].armed {
+            let watch = entry.watches[slot].watch
+            if watch.writable ? writable : readable {
+              Libdispatch.source_merge_data(watch.target, 1)
+              entry.watches[slot].armed = false
+            }
+          }
+          let mask = entry.mask
+          table.entries[descriptor] = entry
+          if mask != 0 {
+            _ = system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key)
+          }
+        }
+      }
+      if count < records.capacity { return }
+    }
+  }
+
+  /// Arms `watch` again after its handler ran: the kernel is asked again, and reports at once what
+  /// is still ready. Nothing for a watch no longer in the table, or armed already.
+  func rearm(_ watch: DescriptorWatch) {
+    table.withLock { table in
+      let descriptor = watch.descriptor
+      guard var entry = table.entries[descriptor],
+        let slot = entry.watches.firstIndex(where: { $0.watch === watch }), !entry.watches[slot].armed
+      else { return }
+      entry.watches[slot].armed = true
+      let mask = entry.mask
+      table.entries[descriptor] = entry
+      // A failure (the descriptor was closed under its source) leaves the watch silent, as the
+      // kernel does.
+      _ = system_epoll_control(
+        instance, modify: true, descriptor, events: mask | system_epollOneShot,
+        key: DescriptorFence.key(descriptor, entry.generation))
+    }
+  }
+
+  /// Stops watching: takes `watch` out of the table, and the descriptor out of the instance with
+  /// its last watch. Called once, in the source's cancel path before the user's cancel handler
+  /// (the descriptor still open), or on a creation that fails.
+  func unregister(_ watch: DescriptorWatch) {
+    let removed = table.withLock { table -> Bool in
+      let descriptor = watch.descriptor
+      guard var entry = table.entries[descriptor], let slot = entry.watches.firstIndex(where: { $0.watch === watch })
+      else { return false }
+      entry.watches.remove(at: slot)
+      if entry.watches.isEmpty {
+        table.entries[descriptor] = nil
+        system_epoll_remove(instance, descriptor)
+      } else {
+        table.entries[descriptor] = entry
+        _ = system_epoll_control(
+          instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
+          key: DescriptorFence.key(descriptor, entry.generation))
+      }
+      return true
+    }
+    if removed { Libdispatch.release(watch.target) }
+  }
+
+  /// The descriptors in the table (tests).
+  var watchedDescriptors: Int { table.withLock { $0.entries.count } }
+
+  private func registrationError(_ operation: String, _ error: Int32) -> GCDError {
+    let detail: String? =
+      switch error {
+      case Errno.badFileDescriptor: "not an open file descriptor"
+      case Errno.noSpace: "the per-user epoll watch limit (/proc/sys/fs/epoll/max_user_watches) is reached"
+      default: nil
+      }
+    return GCDError(operation: operation + ": epoll_ctl", errno: error, detail: detail)
+  }
+
+  private static func explainCreate(_ error: Int32) -> String? {
+    switch error {
+    case Errno.tooManyOpenFiles:
+      "no descriptor left in this process for the descriptor sources' epoll instance (one for the process)"
+    case Errno.tooManyOpenFilesInSystem: "the system's file table is full"
+    default: nil
+    }
+  }
+}
+
+/// One read or write source's watch of its descriptor in the fence: what the fence merges into,
+/// and the estimate its handlers see as `data`. Immutable; its armed flag lives in the fence's table.
+final class DescriptorWatch: Sendable {
+  unowned let fence: DescriptorFence
+  let descriptor: Int32
+  /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
+  let writable: Bool
+  /// The source's DATA_OR C source, retained while the watch is in the fence's table.
+  nonisolated(unsafe) let target: OpaquePointer
+  /// The events the watch asks the kernel for.
+  let interest: UInt32
+  /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
+  /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
+  /// read the estimate at once may both make the failing call once; each returns 1.
+  private let estimateUnsupported = Atomic<Bool>(false)
+
+  init(fence: DescriptorFence, descriptor: Int32, writable: Bool, target: OpaquePointer) {
+    self.fence = fence
+    self.descriptor = descriptor
+    self.writable = writable
+    self.target = target
+    interest = writable ? system_epollOut : system_epollIn | system_epollReadHangUp
+  }
+
+  /// What libdispatch reports as a read or write source's data when it watches the descriptor: the
+  /// bytes queued to read (`SIOCINQ`, as `FIONREAD`; 0 at end of file), or for a write source the
+  /// bytes still unsent (`SIOCOUTQ`); 1 where the descriptor does not support the request. Read
+  /// from the descriptor now.
+  var estimate: UInt {
+    if estimateUnsupported.load(ordering: .relaxed) { return 1 }
+    guard let bytes = system_queuedBytes(descriptor, output: writable) else {
+      estimateUnsupported.store(true, ordering: .relaxed)
+      return 1
+    }
+    return UInt(clamping: bytes)
+  }
+
+  /// The watch as the source's cleanup, before its cancel handler.
+  var unregistering: @Sendable () -> Void { { [self] in fence.unregister(self) } }
+}

@@ -1,0 +1,184 @@
+import Synchronization
+import Testing
+
+@testable import GCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// The descriptor fence (DescriptorFence; docs/sources-linux.md, "Descriptor sources: the fence"):
+// one epoll instance for the process, a registration per descriptor with the union of its sources'
+// interests, keyed by generation. Each test runs in a child process: the fence is the process's.
+extension NestedEpollTests {
+  @Test(
+    "a descriptor closed under its live source, its number reused: a source on the new file fires, and the old source's cancel leaves it watched"
+  )
+  func reusedNumber() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkReusedNumber()
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+
+  @Test("a connection's read and write sources share one registration: each fires for its own direction, alone")
+  func readAndWriteOnOneSocket() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkReadAndWriteOnOneSocket()
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+}
+
+/// A read source on a pipe whose read end is closed while the source lives (a misuse the kernel
+/// answers by dropping the registration), then a new pipe that gets the same number and a source on
+/// it: the new source fires; cancelling the old one does not take the new registration away.
+private func checkReusedNumber() -> Never {
+  warmUpDispatch()
+  let queue = Queue(label: "fence.reused")
+  let (readEnd, writeEnd) = makePipe()
+  let old: ReadSource
+  do { old = try ReadSource(fileDescriptor: readEnd, queue: queue) } catch { endChild("failed: \(error)") }
+  old.setEventHandler {}
+  old.resume()
+  close(readEnd)
+  close(writeEnd)
+  let (again, otherWrite) = makePipe()
+  childCheck(again == readEnd, "the new pipe's read end is \(again), not the reused \(readEnd)")
+  let fired = Event()
+  let new: ReadSource
+  do { new = try ReadSource(fileDescriptor: again, queue: queue) } catch { endChild("failed: \(error)") }
+  new.setEventHandler {
+    var byte: UInt8 = 0
+    if read(again, &byte, 1) == 1 { fired.signal() }
+  }
+  new.resume()
+  let oldCancelled = Event()
+  old.setCancelHandler { oldCancelled.signal() }
+  old.cancel()
+  childCheck(oldCancelled.wait(), "the old source's cancel handler did not run")
+  var byte: UInt8 = 7
+  _ = write(otherWrite, &byte, 1)
+  childCheck(fired.wait(), "the source on the reused number never fired")
+  let newCancelled = Event()
+  new.setCancelHandler { newCancelled.signal() }
+  new.cancel()
+  childCheck(newCancelled.wait(), "the new source's cancel handler did not run")
+  close(again)
+  close(otherWrite)
+  endChild("ok: the reused number's source fired; the stale one went without touching it")
+}
+
+/// A connected socket, idle: its write source fires (buffer space), its read source does not until
+/// the peer sends; then the read source fires, with the bytes queued as its data.
+private func checkReadAndWriteOnOneSocket() -> Never {
+  let (mine, peer) = makeSocketPair()
+  let queue = Queue(label: "fence.both")
+  let reads = Atomic<Int>(0)
+  let readData = Atomic<UInt>(0)
+  let writable = Event()
+  let readable = Event()
+  let reader: ReadSource
+  let writer: WriteSource
+  do {
+    reader = try ReadSource(fileDescriptor: mine, queue: queue)
+    writer = try WriteSource(fileDescriptor: mine, queue: queue)
+  } catch {
+    endChild("failed: \(error)")
+  }
+  reader.setEventHandler { [unowned reader] in
+    reads.add(1, ordering: .relaxed)
+    readData.store(reader.data, ordering: .relaxed)
+    var buffer = [UInt8](repeating: 0, count: 64)
+    _ = read(mine, &buffer, buffer.count)
+    readable.signal()
+  }
+  writer.setEventHandler { [unowned writer] in
+    // Writable once: suspended so that its level does not keep it firing.
+    writer.suspend()
+    writable.signal()
+  }
+  reader.resume()
+  writer.resume()
+  childCheck(writable.wait(), "the write source of an idle socket never fired")
+  // The write source's event and its re-arm did not report the read direction: nothing to read.
+  queue.sync {}
+  childCheck(reads.load(ordering: .relaxed) == 0, "the read source fired with nothing to read")
+  let bytes = [UInt8](repeating: 1, count: 40)
+  _ = bytes.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, 0) }
+  childCheck(readable.wait(), "the read source never fired after the peer sent")
+  childCheck(
+    readData.load(ordering: .relaxed) == 40, "the read source's data was \(readData.load(ordering: .relaxed)), not 40")
+  let cancelled = Latch(count: 2)
+  for source in [reader, writer] as [Source] {
+    source.setCancelHandler { cancelled.signal() }
+    source.cancel()
+  }
+  writer.resume()
+  childCheck(cancelled.wait(), "a cancel handler did not run")
+  close(mine)
+  close(peer)
+  endChild("ok: one socket, a read and a write source, each fired for its own direction")
+}
+
+// The kernel allows at most 500 paths through nested epoll instances to one open file
+// (`reverse_path_check`): with a nest per source, the 501st source on one file — dups of one
+// socket, or the same descriptor — failed its registration in libdispatch (EINVAL, unseen: its
+// registration handler still ran) and never fired (100 of these 600 sources, before a limit of 64
+// nests per file, past which sources were watched directly and unfenced). In the fence each
+// descriptor number is registered once, with all its sources: every one is fenced.
+extension NestedEpollTests {
+  @Test("600 read sources on one socket (dups and the descriptor itself) all register and all fire")
+  func manySourcesOnOneFile() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkManySourcesOnOneFile()
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+}
+
+private func checkManySourcesOnOneFile() -> Never {
+  let count = 600
+  let (mine, peer) = makeSocketPair()
+  let descriptors = (0..<count).map { $0.isMultiple(of: 2) ? mine : dup(mine) }
+  let queue = Queue(label: "nest.one.file")
+  let registered = Latch(count: count)
+  let fired = Latch(count: count)
+  let sources: [ReadSource]
+  do {
+    sources = try descriptors.map { try ReadSource(fileDescriptor: $0, queue: queue) }
+  } catch {
+    endChild("failed: \(error)")
+  }
+  let firedOnce = Mutex<Set<Int>>([])
+  for (index, source) in sources.enumerated() {
+    source.setRegistrationHandler { registered.signal() }
+    source.setEventHandler {
+      if firedOnce.withLock({ $0.insert(index).inserted }) { fired.signal() }
+    }
+    source.resume()
+  }
+  childCheck(registered.wait(), "\(registered.count) of \(count) sources on one socket never registered")
+  var byte: UInt8 = 1
+  _ = send(peer, &byte, 1, 0)
+  childCheck(fired.wait(), "\(fired.count) of \(count) sources on one readable socket never fired")
+  let fenced = Set(descriptors).filter { descriptor in
+    allOpenDescriptorTargets().keys.contains { (epollTargets(of: $0) ?? []).contains(descriptor) }
+  }.count
+  childCheck(
+    fenced == Set(descriptors).count, "\(fenced) of \(Set(descriptors).count) descriptors are in an epoll instance")
+  let cancelled = Latch(count: count)
+  for source in sources {
+    source.setCancelHandler { cancelled.signal() }
+    source.cancel()
+  }
+  requireInChild(cancelled, "cancel handlers did not run")
+  for descriptor in Set(descriptors) { close(descriptor) }
+  close(peer)
+  endChild("ok: \(count) sources on one socket registered and fired, every descriptor fenced")
+}
