@@ -10,17 +10,15 @@
 /// A regular file is always readable: the handler runs until you cancel the
 /// source; read until `read` returns 0 and cancel then.
 ///
-/// On Linux libdispatch does not watch the descriptor itself but an epoll instance of the
-/// package's own that holds it (one more descriptor per source, emptied just before the cancel
-/// handler and kept for the next source, or closed), so that a peer's hang-up cannot reach
-/// libdispatch's use-after-free (swift-corelibs-libdispatch#949); the handler sees the same
-/// events. A regular file is watched directly. The instance is given up asynchronously, when the
-/// cancel handler runs: a tight loop that creates and cancels thousands of started sources can
-/// hold that many descriptors for a moment (and meet the descriptor limit); pace such loops. See
-/// docs/sources-linux.md.
+/// On Linux libdispatch does not watch the descriptor itself: a pipe, socket or terminal sits in
+/// the process's one epoll instance of the package's own (the descriptor fence, which costs the
+/// source no descriptor), which merges its readiness into the source, so that a peer's hang-up
+/// cannot reach libdispatch's use-after-free (swift-corelibs-libdispatch#949); the handler sees
+/// the same events. The descriptor leaves the fence just before the cancel handler. A regular
+/// file is watched directly. See docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
-/// pipe or a socket, on the epoll instance).
+/// pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
 public final class ReadSource: Source, @unchecked Sendable {
   /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); it starts the source
   /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
@@ -49,8 +47,10 @@ public final class ReadSource: Source, @unchecked Sendable {
   ///   - fileDescriptor: The descriptor to watch; it stays yours.
   ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
-  ///   `EISDIR` for a directory, `EMFILE` (naming `epoll_create1`) when no
-  ///   descriptor is left for the source's epoll instance.
+  ///   `EISDIR` for a directory, `ENOSPC` (naming `epoll_ctl`) when the
+  ///   per-user epoll watch limit is reached, `EMFILE` (naming
+  ///   `epoll_create1`) when the process's first descriptor source finds no
+  ///   descriptor left for the fence's one epoll instance.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {

@@ -78,14 +78,16 @@ public class Source: GCDObject, @unchecked Sendable {
     }
     let fence = try DescriptorFence.shared(operation())
     let merged = try create(.dataOr, queue: queue)
-    let watch: DescriptorWatch?
+    let watch = DescriptorWatch(
+      raw: merged, queue: queue, fence: fence, descriptor: descriptor, writable: type == .write)
+    let registered: Bool
     do {
-      watch = try fence.register(descriptor, writable: type == .write, target: merged, operation: operation())
+      registered = try fence.register(watch, operation: operation())
     } catch {
       discard(merged)
       throw error
     }
-    if let watch { return (merged, watch) }
+    if registered { return (merged, watch) }
     discard(merged)
     guard let status = system_fstat(descriptor) else {
       throw GCDError(operation: operation(), errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
@@ -113,28 +115,29 @@ public class Source: GCDObject, @unchecked Sendable {
   ///     cancelled (closing a descriptor it opened), after the user's
   ///     cancel handler; runs once.
   ///   - onActivate: Called once when the source is first started.
-  ///   - watch: For a read or write source, its watch in the descriptor fence (from
-  ///     `create(descriptor:)`): unregistered before the user's cancel handler, while the user's
-  ///     descriptor is still open; re-armed after each event handler; a handler's `data` is its
-  ///     estimate.
+  ///   - watch: For a read or write source in the descriptor fence, its watch (from
+  ///     `create(descriptor:)`), which is the source's state: taken out of the fence before the
+  ///     user's cancel handler, re-armed after each event handler, and the source of `data`.
   init(
     created: OpaquePointer, queue: Queue,
     ownedCleanup: (@Sendable () -> Void)? = nil, onActivate: (@Sendable () -> Void)? = nil,
     watch: DescriptorWatch? = nil
   ) {
-    let ownedCleanup = watch?.unregistering ?? ownedCleanup
     lifecycle = Atomic(.inactive)
     createdQueue = queue
     hasStartHook = onActivate != nil
-    if ownedCleanup == nil && onActivate == nil {
+    if let watch {
+      stateWord = Atomic(Unmanaged.passRetained(watch))
+      super.init(raw: created)
+      watch.installCancelBlock()
+    } else if ownedCleanup == nil && onActivate == nil {
       stateWord = Atomic(nil)
       super.init(raw: created)
     } else {
       // The package's own kinds: their state at once, and their cleanup runs however the source
       // ends, so its cancel block is installed now.
       let state = OwnedSourceState(
-        raw: created, queue: queue, cleanup: ownedCleanup, cleanupFirst: watch != nil, onActivate: onActivate,
-        watch: watch)
+        raw: created, queue: queue, cleanup: ownedCleanup, onActivate: onActivate)
       stateWord = Atomic(Unmanaged.passRetained(state))
       super.init(raw: created)
       if ownedCleanup != nil { state.installCancelBlock() }
@@ -162,8 +165,8 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_get_data`.
   ///
-  /// `ReadSource` and `WriteSource` compute it from their descriptor when it is read (libdispatch
-  /// watches an epoll instance for them, whose data says nothing).
+  /// `ReadSource` and `WriteSource` compute it from their descriptor when it is read (their C
+  /// source is the descriptor fence's DATA_OR source, whose data says nothing).
   @inlinable
   public var data: UInt { Libdispatch.source_get_data(raw) }
 

@@ -28,9 +28,10 @@ import Synchronization
 /// element, its consumer and its end are fields under the lock, and its back-pressure is the
 /// life-cycle word's hold (`Lifecycle.hold`), never the user's `suspend()` count.
 ///
-/// `@unchecked Sendable` only because the class has its one subclass (`OwnedSourceState`), which
-/// the compiler's check does not allow: every stored property of both is immutable, atomic or
-/// behind `locked`.
+/// `@unchecked Sendable` only because the class has subclasses (`OwnedSourceState`, and
+/// `DescriptorWatch` for the read and write sources in the descriptor fence), which the compiler's
+/// check does not allow: every stored property of this class is immutable, atomic or behind
+/// `locked`, and the subclasses say what guards theirs.
 class SourceState: @unchecked Sendable {
   /// The C source, not retained: the blocks that use it run while libdispatch holds the source.
   nonisolated(unsafe) final let raw: OpaquePointer
@@ -164,12 +165,12 @@ class SourceState: @unchecked Sendable {
   }
 
   /// After each event handler: a read or write source re-arms its watch in the descriptor fence
-  /// (`OwnedSourceState`); nothing for the others.
+  /// (`DescriptorWatch`, its state); nothing for the others.
   func eventDone() {}
 
   /// `data` in a handler: the C source's pending data (libdispatch holds the C source while its
   /// handler runs; the block holds this state, which holds the pointer). A read or write source in
-  /// the descriptor fence overrides it with its estimate (`OwnedSourceState`).
+  /// the descriptor fence overrides it with its estimate (`DescriptorWatch`).
   func eventData() -> UInt { Libdispatch.source_get_data(raw) }
 
   // MARK: Cancellation
@@ -203,7 +204,8 @@ class SourceState: @unchecked Sendable {
   }
 
   /// The user's cancel handler, then the event sequence's end and the package's cleanup (the
-  /// cleanup first when the owner asks: `OwnedSourceState.cleanupFirst`).
+  /// cleanup first when the state asks: a read or write source leaves the descriptor fence while the
+  /// user's descriptor is still open, `DescriptorWatch`).
   final func cancelHandlers() {
     cleanup(first: true)
     call(
@@ -296,36 +298,23 @@ class SourceState: @unchecked Sendable {
 /// the source, its cancel block installed at once. A subclass, so that a plain source's state does
 /// not carry these fields, and these sources do not pay an object more for them.
 final class OwnedSourceState: SourceState, @unchecked Sendable {
-  /// Run once at cancellation, after the user's cancel handler (or before it, when `cleanupFirst`).
+  /// Run once at cancellation, after the user's cancel handler.
   let ownedCleanup: (@Sendable () -> Void)?
-  /// Whether `ownedCleanup` runs before the user's cancel handler: work that needs the user's
-  /// descriptor still open (the fence's `EPOLL_CTL_DEL`), which the user closes in that handler.
-  let cleanupFirst: Bool
   /// Called once when the source is first started (before activation).
   let onActivate: (@Sendable () -> Void)?
 
-  /// A read or write source's watch in the descriptor fence: re-armed after each event handler,
-  /// and its estimate is what the handlers see as `data`; nil for the other kinds.
-  let watch: DescriptorWatch?
-
   init(
-    raw: OpaquePointer, queue: Queue, cleanup: (@Sendable () -> Void)?, cleanupFirst: Bool,
-    onActivate: (@Sendable () -> Void)?, watch: DescriptorWatch? = nil
+    raw: OpaquePointer, queue: Queue, cleanup: (@Sendable () -> Void)?, onActivate: (@Sendable () -> Void)?
   ) {
-    self.watch = watch
     ownedCleanup = cleanup
-    self.cleanupFirst = cleanupFirst
     self.onActivate = onActivate
     super.init(raw: raw, queue: queue, cancelInstalled: cleanup != nil)
   }
 
   override func cleanup(first: Bool) {
-    if first == cleanupFirst { ownedCleanup?() }
+    if !first { ownedCleanup?() }
   }
 
   override func startHook() { onActivate?() }
 
-  override func eventData() -> UInt { watch?.estimate ?? Libdispatch.source_get_data(raw) }
-
-  override func eventDone() { if let watch { watch.fence.rearm(watch) } }
 }

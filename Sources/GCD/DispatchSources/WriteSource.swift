@@ -12,18 +12,15 @@
 /// error code and not the death of the process.
 ///
 /// A reader that goes away while the pipe is full reaches the handler at once (the next `write`
-/// fails with `EPIPE`): on Linux libdispatch watches an epoll instance of the package's own that
-/// holds the descriptor, which becomes readable on the pipe's `EPOLLERR` — libdispatch itself
-/// ignores an `EPOLLERR` that comes alone. The nest (one more descriptor per source, emptied just
-/// before the cancel handler and kept for the next source, or closed) also keeps a peer's hang-up
-/// away from libdispatch's use-after-free (swift-corelibs-libdispatch#949). A regular file is
-/// watched directly. The instance is given up asynchronously, when the cancel handler runs: a
-/// tight loop that creates and cancels thousands of started sources can hold that many
-/// descriptors for a moment (and meet the descriptor limit); pace such loops. See
+/// fails with `EPIPE`): on Linux a pipe, socket or terminal sits in the process's one epoll
+/// instance of the package's own (the descriptor fence, which costs the source no descriptor),
+/// where the pipe's `EPOLLERR` counts as an event — libdispatch itself ignores an `EPOLLERR` that
+/// comes alone. The fence also keeps a peer's hang-up away from libdispatch's use-after-free
+/// (swift-corelibs-libdispatch#949). A regular file is watched directly. See
 /// docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`
-/// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_READ` source on the epoll instance).
+/// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
 public final class WriteSource: Source, @unchecked Sendable {
   /// The watched descriptor.
   public let fileDescriptor: Int32
@@ -58,8 +55,10 @@ public final class WriteSource: Source, @unchecked Sendable {
   ///   - fileDescriptor: The descriptor to watch; it stays yours.
   ///   - queue: The queue the handlers run on.
   /// - Throws: `GCDError` with `EBADF` when the descriptor is not open,
-  ///   `EISDIR` for a directory, `EMFILE` (naming `epoll_create1`) when no
-  ///   descriptor is left for the source's epoll instance.
+  ///   `EISDIR` for a directory, `ENOSPC` (naming `epoll_ctl`) when the
+  ///   per-user epoll watch limit is reached, `EMFILE` (naming
+  ///   `epoll_create1`) when the process's first descriptor source finds no
+  ///   descriptor left for the fence's one epoll instance.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {

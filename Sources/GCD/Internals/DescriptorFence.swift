@@ -51,22 +51,94 @@ final class DescriptorFence: Sendable {
     }
   }
 
-  /// One watched descriptor: its registration's generation and its watches, each armed or not.
+  /// One watched descriptor: its registration's generation, its watches (a list through the
+  /// watches themselves: no array to allocate, and a watch leaves it in constant time, however many
+  /// sources share the descriptor) and how many of them are armed, per direction.
   struct Entry {
     var generation: UInt32
-    var watches: [(watch: DescriptorWatch, armed: Bool)]
+    var first: DescriptorWatch?
+    var armedReaders = 0
+    var armedWriters = 0
+
+    init(generation: UInt32) { self.generation = generation }
 
     /// The events the kernel is to report: the union of the armed watches' interests.
     var mask: UInt32 {
-      var mask: UInt32 = 0
-      for (watch, armed) in watches where armed { mask |= watch.interest }
-      return mask
+      (armedReaders > 0 ? system_epollIn | system_epollReadHangUp : 0) | (armedWriters > 0 ? system_epollOut : 0)
+    }
+
+    /// Links `watch` in, armed.
+    mutating func insert(_ watch: DescriptorWatch) {
+      watch.next = first
+      first?.previous = watch
+      first = watch
+      watch.inTable = true
+      arm(watch)
+    }
+
+    /// Unlinks `watch`.
+    mutating func remove(_ watch: DescriptorWatch) {
+      if watch.armed { disarm(watch) }
+      if let previous = watch.previous { previous.next = watch.next } else { first = watch.next }
+      watch.next?.previous = watch.previous
+      watch.next = nil
+      watch.previous = nil
+      watch.inTable = false
+    }
+
+    mutating func arm(_ watch: DescriptorWatch) {
+      watch.armed = true
+      if watch.writable { armedWriters += 1 } else { armedReaders += 1 }
+    }
+
+    mutating func disarm(_ watch: DescriptorWatch) {
+      watch.armed = false
+      if watch.writable { armedWriters -= 1 } else { armedReaders -= 1 }
+    }
+  }
+
+  /// The entries by descriptor number: an array the numbers index (they are small and dense, and
+  /// a lookup costs no hashing), grown to the largest number watched and never shrunk; generation
+  /// 0 marks a free slot.
+  struct Entries {
+    private var slots: [Entry] = []
+
+    subscript(descriptor: Int32) -> Entry? {
+      get {
+        let index = Int(descriptor)
+        guard index < slots.count, slots[index].generation != 0 else { return nil }
+        return slots[index]
+      }
+      set {
+        let index = Int(descriptor)
+        if let newValue {
+          if index >= slots.count {
+            slots.reserveCapacity(max(index + 1, 2 * slots.count))
+            while slots.count <= index { slots.append(Entry(generation: 0)) }
+          }
+          slots[index] = newValue
+        } else if index < slots.count {
+          slots[index] = Entry(generation: 0)
+        }
+      }
+    }
+
+    mutating func removeValue(forKey descriptor: Int32) -> Entry? {
+      defer { self[descriptor] = nil }
+      return self[descriptor]
     }
   }
 
   struct Table {
-    var entries: [Int32: Entry] = [:]
+    var entries = Entries()
+    /// The last registration's generation (never 0, which marks a free slot).
     var generation: UInt32 = 0
+
+    mutating func nextGeneration() -> UInt32 {
+      generation &+= 1
+      if generation == 0 { generation = 1 }
+      return generation
+    }
   }
 
   /// The epoll instance: what libdispatch watches.
@@ -92,42 +164,47 @@ final class DescriptorFence: Sendable {
     UInt64(generation) << 32 | UInt64(UInt32(bitPattern: descriptor))
   }
 
-  /// Starts watching `descriptor` for `target`, a DATA_OR C source that gets 1 merged when the
-  /// descriptor is readable (or writable, for `writable`), has hung up or has an error; nil when
-  /// epoll cannot watch the descriptor (`EPERM`: a regular file, a directory).
+  /// Starts watching: `watch` (the state of a source whose C object is a DATA_OR source) gets 1
+  /// merged into its C source when its descriptor is readable (or writable, for a write source),
+  /// has hung up or has an error; false when epoll cannot watch the descriptor (`EPERM`: a regular
+  /// file, a directory).
   ///
   /// - Throws: `GCDError` naming `operation` and `epoll_ctl`: `EBADF` (not an open descriptor),
   ///   `ENOSPC` (the per-user watch limit), `ENOMEM`.
-  func register(
-    _ descriptor: Int32, writable: Bool, target: OpaquePointer, operation: @autoclosure () -> String
-  ) throws(GCDError) -> DescriptorWatch? {
-    let watch = DescriptorWatch(fence: self, descriptor: descriptor, writable: writable, target: target)
+  func register(_ watch: DescriptorWatch, operation: @autoclosure () -> String) throws(GCDError) -> Bool {
+    let descriptor = watch.descriptor
+    let target = watch.raw
     Libdispatch.retain(target)
     let outcome: Result<(registered: Bool, stale: [DescriptorWatch]), GCDError> = table.withLock { table in
       var stale: [DescriptorWatch] = []
-      if var entry = table.entries[descriptor] {
-        entry.watches.append((watch, true))
+      if table.entries[descriptor] != nil {
+        table.entries[descriptor]!.insert(watch)
+        let entry = table.entries[descriptor]!
         let key = DescriptorFence.key(descriptor, entry.generation)
         if system_epoll_control(instance, modify: true, descriptor, events: entry.mask | system_epollOneShot, key: key)
           == 0
         {
-          table.entries[descriptor] = entry
           return .success((true, []))
         }
         let error = system_errno
+        table.entries[descriptor]!.remove(watch)
         guard error == Errno.noSuchFileOrDirectory else { return .failure(registrationError(operation(), error)) }
         // The number was closed and now names another file (the old registration left with the
         // old file): the entry's watches will never fire; the new registration replaces them.
-        stale = entry.watches.dropLast().map(\.watch)
-        table.entries[descriptor] = nil
+        var old = table.entries.removeValue(forKey: descriptor)!
+        while let first = old.first {
+          old.remove(first)
+          stale.append(first)
+        }
       }
-      table.generation &+= 1
-      let entry = Entry(generation: table.generation, watches: [(watch, true)])
+      var entry = Entry(generation: table.nextGeneration())
+      entry.insert(watch)
       let key = DescriptorFence.key(descriptor, entry.generation)
       if system_epoll_control(instance, modify: false, descriptor, events: entry.mask | system_epollOneShot, key: key)
         != 0
       {
         let error = system_errno
+        entry.remove(watch)
         if error == Errno.notPermitted { return .success((false, stale)) }
         return .failure(registrationError(operation(), error))
       }
@@ -136,10 +213,9 @@ final class DescriptorFence: Sendable {
     }
     switch outcome {
     case .success(let (registered, stale)):
-      for old in stale { Libdispatch.release(old.target) }
-      if registered { return watch }
-      Libdispatch.release(target)
-      return nil
+      for old in stale { Libdispatch.release(old.raw) }
+      if !registered { Libdispatch.release(target) }
+      return registered
     case .failure(let error):
       Libdispatch.release(target)
       throw error
@@ -157,22 +233,24 @@ final class DescriptorFence: Sendable {
         for index in 0..<count {
           let key = records.key(index)
           let descriptor = Int32(bitPattern: UInt32(truncatingIfNeeded: key))
-          guard var entry = table.entries[descriptor], entry.generation == UInt32(truncatingIfNeeded: key >> 32) else {
+          guard let generation = table.entries[descriptor]?.generation,
+            generation == UInt32(truncatingIfNeeded: key >> 32)
+          else {
             continue  // removed, or replaced: a record of an earlier registration
           }
           let events = records.events(index)
           let failed = events & system_epollError != 0
           let readable = failed || events & (system_epollIn | system_epollReadHangUp) != 0
           let writable = failed || events & system_epollOut != 0
-          for slot in entry.watches.indices where entry.watches[slot].armed {
-            let watch = entry.watches[slot].watch
-            if watch.writable ? writable : readable {
-              Libdispatch.source_merge_data(watch.target, 1)
-              entry.watches[slot].armed = false
+          var next = table.entries[descriptor]!.first
+          while let watch = next {
+            next = watch.next
+            if watch.armed && (watch.writable ? writable : readable) {
+              Libdispatch.source_merge_data(watch.raw, 1)
+              table.entries[descriptor]!.disarm(watch)
             }
           }
-          let mask = entry.mask
-          table.entries[descriptor] = entry
+          let mask = table.entries[descriptor]!.mask
           if mask != 0 {
             _ = system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key)
           }
@@ -186,17 +264,14 @@ final class DescriptorFence: Sendable {
   /// is still ready. Nothing for a watch no longer in the table, or armed already.
   func rearm(_ watch: DescriptorWatch) {
     table.withLock { table in
+      guard watch.inTable, !watch.armed else { return }
       let descriptor = watch.descriptor
-      guard var entry = table.entries[descriptor],
-        let slot = entry.watches.firstIndex(where: { $0.watch === watch }), !entry.watches[slot].armed
-      else { return }
-      entry.watches[slot].armed = true
-      let mask = entry.mask
-      table.entries[descriptor] = entry
+      table.entries[descriptor]!.arm(watch)
+      let entry = table.entries[descriptor]!
       // A failure (the descriptor was closed under its source) leaves the watch silent, as the
       // kernel does.
       _ = system_epoll_control(
-        instance, modify: true, descriptor, events: mask | system_epollOneShot,
+        instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
         key: DescriptorFence.key(descriptor, entry.generation))
     }
   }
@@ -206,26 +281,22 @@ final class DescriptorFence: Sendable {
   /// (the descriptor still open), or on a creation that fails.
   func unregister(_ watch: DescriptorWatch) {
     let removed = table.withLock { table -> Bool in
+      guard watch.inTable else { return false }
       let descriptor = watch.descriptor
-      guard var entry = table.entries[descriptor], let slot = entry.watches.firstIndex(where: { $0.watch === watch })
-      else { return false }
-      entry.watches.remove(at: slot)
-      if entry.watches.isEmpty {
+      table.entries[descriptor]!.remove(watch)
+      let entry = table.entries[descriptor]!
+      if entry.first == nil {
         table.entries[descriptor] = nil
         system_epoll_remove(instance, descriptor)
       } else {
-        table.entries[descriptor] = entry
         _ = system_epoll_control(
           instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
           key: DescriptorFence.key(descriptor, entry.generation))
       }
       return true
     }
-    if removed { Libdispatch.release(watch.target) }
+    if removed { Libdispatch.release(watch.raw) }
   }
-
-  /// The descriptors in the table (tests).
-  var watchedDescriptors: Int { table.withLock { $0.entries.count } }
 
   private func registrationError(_ operation: String, _ error: Int32) -> GCDError {
     let detail: String? =
@@ -247,28 +318,41 @@ final class DescriptorFence: Sendable {
   }
 }
 
-/// One read or write source's watch of its descriptor in the fence: what the fence merges into,
-/// and the estimate its handlers see as `data`. Immutable; its armed flag lives in the fence's table.
-final class DescriptorWatch: Sendable {
+/// A read or write source's state, and its watch of its descriptor in the fence: one object, so a
+/// fenced source costs no more objects than a plain one. The fence merges into its C source (`raw`,
+/// a DATA_OR source, retained while the watch is in the fence's table); its handlers see the
+/// estimate as `data`; each event handler re-arms it; its cancel path takes it out of the fence
+/// before the user's cancel handler, while the user's descriptor is still open.
+///
+/// `@unchecked Sendable`, as its superclass: the immutable fields are set in `init`; `armed`,
+/// `inTable` and the list links are read and written only under the fence's table lock
+/// (`DescriptorFence.Entry`).
+final class DescriptorWatch: SourceState, @unchecked Sendable {
+  /// Waiting for the kernel (counted in its entry's mask). Under the fence's table lock.
+  var armed = false
+  /// In the fence's table. Under the fence's table lock.
+  var inTable = false
+  /// The next and previous watch of the same descriptor. Under the fence's table lock; `previous`
+  /// is not retained (the list holds every watch through `next` and the entry's `first`).
+  var next: DescriptorWatch?
+  unowned(unsafe) var previous: DescriptorWatch?
+
   unowned let fence: DescriptorFence
   let descriptor: Int32
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
-  /// The source's DATA_OR C source, retained while the watch is in the fence's table.
-  nonisolated(unsafe) let target: OpaquePointer
-  /// The events the watch asks the kernel for.
-  let interest: UInt32
   /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
   /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
   /// read the estimate at once may both make the failing call once; each returns 1.
   private let estimateUnsupported = Atomic<Bool>(false)
 
-  init(fence: DescriptorFence, descriptor: Int32, writable: Bool, target: OpaquePointer) {
+  /// The state of the source whose C object is `raw` (a DATA_OR source), its cancel block to be
+  /// installed at once (its cleanup runs however the source ends).
+  init(raw: OpaquePointer, queue: Queue, fence: DescriptorFence, descriptor: Int32, writable: Bool) {
     self.fence = fence
     self.descriptor = descriptor
     self.writable = writable
-    self.target = target
-    interest = writable ? system_epollOut : system_epollIn | system_epollReadHangUp
+    super.init(raw: raw, queue: queue, cancelInstalled: true)
   }
 
   /// What libdispatch reports as a read or write source's data when it watches the descriptor: the
@@ -284,6 +368,12 @@ final class DescriptorWatch: Sendable {
     return UInt(clamping: bytes)
   }
 
-  /// The watch as the source's cleanup, before its cancel handler.
-  var unregistering: @Sendable () -> Void { { [self] in fence.unregister(self) } }
+  /// Out of the fence before the user's cancel handler (which may close the descriptor).
+  override func cleanup(first: Bool) {
+    if first { fence.unregister(self) }
+  }
+
+  override func eventData() -> UInt { estimate }
+
+  override func eventDone() { fence.rearm(self) }
 }
