@@ -59,6 +59,10 @@ final class DescriptorFence: Sendable {
     var first: DescriptorWatch?
     var armedReaders = 0
     var armedWriters = 0
+    /// The events the kernel reports now: the mask last given to `epoll_ctl`, 0 once the
+    /// registration fired (one-shot disables it) until it is modified again. A change that leaves
+    /// the armed mask equal to it needs no call.
+    var kernelMask: UInt32 = 0
 
     init(generation: UInt32) { self.generation = generation }
 
@@ -184,6 +188,7 @@ final class DescriptorFence: Sendable {
         if system_epoll_control(instance, modify: true, descriptor, events: entry.mask | system_epollOneShot, key: key)
           == 0
         {
+          table.entries[descriptor]!.kernelMask = entry.mask
           return .success((true, []))
         }
         let error = system_errno
@@ -205,9 +210,13 @@ final class DescriptorFence: Sendable {
       {
         let error = system_errno
         entry.remove(watch)
-        if error == Errno.notPermitted { return .success((false, stale)) }
+        // EPERM: a file epoll cannot watch. EINVAL: the kernel's limit of paths to one open file
+        // through nested epoll instances (about 500 descriptors of one file in the fence, which
+        // libdispatch's epoll watches in turn). Either way libdispatch watches the descriptor.
+        if error == Errno.notPermitted || error == Errno.invalidArgument { return .success((false, stale)) }
         return .failure(registrationError(operation(), error))
       }
+      entry.kernelMask = entry.mask
       table.entries[descriptor] = entry
       return .success((true, stale))
     }
@@ -250,9 +259,13 @@ final class DescriptorFence: Sendable {
               table.entries[descriptor]!.disarm(watch)
             }
           }
+          // The record disabled the registration (one-shot): on again for the watches still armed.
+          table.entries[descriptor]!.kernelMask = 0
           let mask = table.entries[descriptor]!.mask
-          if mask != 0 {
-            _ = system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key)
+          if mask != 0,
+            system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key) == 0
+          {
+            table.entries[descriptor]!.kernelMask = mask
           }
         }
       }
@@ -268,11 +281,17 @@ final class DescriptorFence: Sendable {
       let descriptor = watch.descriptor
       table.entries[descriptor]!.arm(watch)
       let entry = table.entries[descriptor]!
+      // The kernel reports this direction already (another armed watch asked for it, and nothing
+      // fired since): no call.
+      if entry.mask == entry.kernelMask { return }
       // A failure (the descriptor was closed under its source) leaves the watch silent, as the
       // kernel does.
-      _ = system_epoll_control(
+      if system_epoll_control(
         instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, entry.generation))
+        key: DescriptorFence.key(descriptor, entry.generation)) == 0
+      {
+        table.entries[descriptor]!.kernelMask = entry.mask
+      }
     }
   }
 
@@ -288,10 +307,14 @@ final class DescriptorFence: Sendable {
       if entry.first == nil {
         table.entries[descriptor] = nil
         system_epoll_remove(instance, descriptor)
-      } else {
-        _ = system_epoll_control(
+      } else if entry.mask != entry.kernelMask {
+        // The remaining watches want less than the kernel reports (or it fired): tell it.
+        if system_epoll_control(
           instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
-          key: DescriptorFence.key(descriptor, entry.generation))
+          key: DescriptorFence.key(descriptor, entry.generation)) == 0
+        {
+          table.entries[descriptor]!.kernelMask = entry.mask
+        }
       }
       return true
     }
