@@ -56,7 +56,11 @@ final class DescriptorFence: Sendable {
   /// sources share the descriptor) and how many of them are armed, per direction.
   struct Entry {
     var generation: UInt32
-    var first: DescriptorWatch?
+    /// Not retained: a watch is in the list only between `register` and `unregister`, and both run
+    /// while its source's state is held strongly (by the creating thread, then by the C source's
+    /// cancel block, which runs `unregister` before it returns); the reader follows the list only
+    /// under the table lock, so it never reaches a watch that has left.
+    unowned(unsafe) var first: DescriptorWatch?
     var armedReaders = 0
     var armedWriters = 0
     /// The events the kernel reports now: the mask last given to `epoll_ctl`, 0 once the
@@ -355,12 +359,13 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   var armed = false
   /// In the fence's table. Under the fence's table lock.
   var inTable = false
-  /// The next and previous watch of the same descriptor. Under the fence's table lock; `previous`
-  /// is not retained (the list holds every watch through `next` and the entry's `first`).
-  var next: DescriptorWatch?
+  /// The next and previous watch of the same descriptor. Under the fence's table lock; neither is
+  /// retained (`DescriptorFence.Entry.first` says why a listed watch is alive).
+  unowned(unsafe) var next: DescriptorWatch?
   unowned(unsafe) var previous: DescriptorWatch?
 
-  unowned let fence: DescriptorFence
+  /// Not retained: the fence, once made, is never freed (`DescriptorFence.made` holds it).
+  unowned(unsafe) let fence: DescriptorFence
   let descriptor: Int32
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
