@@ -105,8 +105,8 @@ func scaleRows(_ library: CLibrary?, sockets: ScaleSockets) -> [ScaleRow] {
     ScaleRow(
       name: "idle_read",
       title:
-        "idle read sources on sockets, one active: one byte's round trip on the active one (N to 9,000: a GCD"
-        + " source holds two descriptors, its socket's and its epoll nest's, of the 20,000 a process may open here)",
+        "idle read sources on sockets, one active: one byte's round trip on the active one (N to 9,000, as"
+        + " before the descriptor fence, when a GCD source also held its epoll nest's descriptor)",
       operation: "ns per event", counts: [10, 100, 1_000, 9_000], quickCounts: [10, 1_000],
       runners: runners(
         cScaleRunner(library, "idle_read", operations: events, memory: true),
@@ -266,9 +266,9 @@ func gcdIdleSources(_ count: Int, _ sockets: ScaleSockets, _ queue: Queue) -> Id
   return IdleSources {
     for source in sources { source.cancel() }
     queue.sync {}
-    // Each source's epoll instance is given back when its cancel handler runs, after this sync
-    // may return: wait for them, or the next point's sources meet the descriptor limit.
-    waitForDescriptors(atMost: descriptors + 8 + idleNestsKept)
+    // The sockets' dups are closed by the cancel handlers, after this sync may return: wait for
+    // them, or the next point's sources meet the descriptor limit.
+    waitForDescriptors(atMost: descriptors + 8)
   }
 }
 
@@ -339,9 +339,8 @@ func dispatchIdleRead(_ count: Int, sockets: ScaleSockets, events: Int) -> Doubl
 func gcdReadChurn(_ count: Int, sockets: ScaleSockets, cycles: Int) -> Double {
   let queue = Queue(label: "bench.scale.churn")
   let idle = gcdIdleSources(count, sockets, queue)
-  // Not paced (as the C and Dispatch loops are not): each source holds its epoll instance until
-  // its cancel handler has run, but the idle sources are dups of one socket, of which only
-  // `EpollNest.nestsPerFileLimit` (64) get a nest, so 2,000 cycles fit the descriptor limit.
+  // Not paced, as the C and Dispatch loops are not: a source holds no descriptor of its own (the
+  // descriptor fence).
   let start = monotonicNanos()
   for _ in 0..<cycles {
     let source = try! ReadSource(fileDescriptor: sockets.spare, queue: queue)

@@ -45,8 +45,9 @@ func sourceBenchmarks(_ c: CLibrary?, fixtures: SourceFixtures) -> [Benchmark] {
   let latencyExtras: [(key: String, label: String, scale: Double)] = [
     (key: "mean", label: "mean µs", scale: 0.001), (key: "p99", label: "p99 µs", scale: 0.001),
   ]
-  // `closing`: the GCD source holds a descriptor of its own until its cancel handler has run (the
-  // epoll instance of a read or write source on a pipe, docs/sources-linux.md), so its loop is paced.
+  // `closing`: the GCD source holds a descriptor of its own until its cancel handler has run (a
+  // process source's pidfd, a file-system source's O_PATH descriptor), so its loop is paced. A read
+  // or write source holds none (the descriptor fence, docs/sources-linux.md).
   func cycle<S: Source>(
     _ kind: String, closing: Bool = false, _ gcd: @escaping (Queue) throws -> S, _ dispatch: Runner
   ) -> Benchmark {
@@ -85,10 +86,10 @@ func sourceBenchmarks(_ c: CLibrary?, fixtures: SourceFixtures) -> [Benchmark] {
         .dispatch: .run(dispatchEventsCycle),
       ]),
     cycle(
-      "read", closing: true, { try ReadSource(fileDescriptor: fixtures.readEnd, queue: $0) },
+      "read", { try ReadSource(fileDescriptor: fixtures.readEnd, queue: $0) },
       .run { dispatchSourceCycle($0) { DispatchSource.makeReadSource(fileDescriptor: fixtures.readEnd, queue: $0) } }),
     cycle(
-      "write", closing: true, { try WriteSource(fileDescriptor: fixtures.writeEnd, queue: $0) },
+      "write", { try WriteSource(fileDescriptor: fixtures.writeEnd, queue: $0) },
       .run {
         dispatchSourceCycle($0) { DispatchSource.makeWriteSource(fileDescriptor: fixtures.writeEnd, queue: $0) }
       }),
@@ -190,7 +191,7 @@ func dispatchMerge(_ count: Int) -> Sample {
 
 // MARK: - Life cycle
 
-/// With `closingDescriptors` (proc, file-system, read and write sources,
+/// With `closingDescriptors` (proc and file-system sources,
 /// which own a descriptor that their cancel path closes on libdispatch's threads),
 /// every 100 sources and at the end the loop waits until the process has
 /// about as many open descriptors as before (a few may stay: the inotify
@@ -209,17 +210,13 @@ func gcdSourceCycle<S: Source>(_ count: Int, closingDescriptors: Bool = false, _
     source.resume()
     source.cancel()
     if closingDescriptors && (index % 100 == 99 || index == count - 1) {
-      waitForDescriptors(atMost: descriptors + 8 + idleNestsKept)
+      waitForDescriptors(atMost: descriptors + 8)
     }
   }
   escape(nil)
   queue.sync {}
   return Sample(start: start, end: monotonicNanos(), count: count)
 }
-
-/// The idle epoll instances the package may keep open for its next read or write sources
-/// (`EpollNest.poolCapacity`, docs/sources-linux.md, "Reusing the instances").
-let idleNestsKept = 32
 
 /// The number of open descriptors of this process.
 func openDescriptorCount() -> Int {
