@@ -19,8 +19,7 @@ struct CloseOnExecTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       startChildWhileEverySourceRuns()
     }
-    let text = standardError(of: result)
-    #expect(text.contains("exit-test child: ok"), "\(text)")
+    expectChildSaidOK(result)
   }
 }
 

@@ -16,8 +16,7 @@ struct NonEscapingClosureTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       exerciseNonEscapingClosures()
     }
-    let text = standardError(of: result)
-    #expect(text.contains("exit-test child: ok"), "\(text)")
+    expectChildSaidOK(result)
   }
 }
 

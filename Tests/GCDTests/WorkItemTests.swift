@@ -648,8 +648,7 @@ struct WorkItemTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       dropItemsInEveryState()
     }
-    let text = standardError(of: result)
-    #expect(text.contains("exit-test child: ok"), "\(text)")
+    expectChildSaidOK(result)
   }
 
   // MARK: Queue additions

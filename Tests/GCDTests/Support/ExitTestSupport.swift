@@ -66,6 +66,13 @@ func expectChildPassed(_ result: ExitTest.Result?, sourceLocation: SourceLocatio
     result != nil && !text.contains("exit-test child: failed"), "\(text)", sourceLocation: sourceLocation)
 }
 
+/// The parent's check of a child that ends with `endChild("ok")` once every check passed: that
+/// line is on its standard error (else the text it wrote instead).
+func expectChildSaidOK(_ result: ExitTest.Result?, sourceLocation: SourceLocation = #_sourceLocation) {
+  let text = standardError(of: result)
+  #expect(text.contains("exit-test child: ok"), "\(text)", sourceLocation: sourceLocation)
+}
+
 /// In a child that reports through `endChild`: ends it with "failed:
 /// `message`" unless `condition` holds.
 func childCheck(_ condition: Bool, _ message: @autoclosure () -> String) {
