@@ -68,24 +68,17 @@ extension IOChannel {
     case .wake(let continuation), .busy(let continuation): continuation.resume()
     case .stop: stopReads()
     case .read(let offset, let length):
-      guard let raw else {
-        let (resume, _) = reader.state.withLock { $0.delivered(done: true, data: nil, error: failure) }
-        perform(resume, reader)
-        return
+      // Through `read(offset:length:queue:handler:)`: a C channel's read, the stream engine's, or
+      // the unusable descriptor's error.
+      read(offset: offset, length: length, queue: reader.queue) { [weak self] done, data, error in
+        let (resume, next) = reader.state.withLock { $0.delivered(done: done, data: data, error: error) }
+        if case .wake(let continuation) = resume { continuation.resume() }
+        if case .read = next {
+          // A caller is still waiting after a complete read: read on. The
+          // channel is alive (a waiter holds it) unless it was dropped.
+          if let self { self.perform(next, reader) } else { Self.failDropped(reader) }
+        }
       }
-      Libdispatch.io_read_f(
-        raw, offset, length, reader.queue.raw,
-        Unmanaged.passRetained(
-          HandlerBox { [weak self] done, data, error in
-            let (resume, next) = reader.state.withLock { $0.delivered(done: done, data: data, error: error) }
-            if case .wake(let continuation) = resume { continuation.resume() }
-            if case .read = next {
-              // A caller is still waiting after a complete read: read on. The
-              // channel is alive (a waiter holds it) unless it was dropped.
-              if let self { self.perform(next, reader) } else { Self.failDropped(reader) }
-            }
-          }
-        ).toOpaque(), handlerTrampoline)
     }
   }
 

@@ -85,10 +85,15 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The channel's type.
   public let type: ChannelType
   let reader: ChannelReader
+  /// For a stream channel over a pipe or a socket: the package's own engine, on read and write
+  /// sources behind the descriptor fence (`StreamEngine`); then `raw` and `writer` are nil.
+  let engine: StreamEngine?
 
   /// The C channel, borrowed: valid while this wrapper is alive. Do not
   /// release it. Nil for a channel over a descriptor that was unusable from
-  /// the start (see ``init(fileDescriptor:type:queue:cleanup:)``). For a
+  /// the start (see ``init(fileDescriptor:type:queue:cleanup:)``), and for a
+  /// stream channel over a pipe or a socket, which runs on the package's own
+  /// read and write sources rather than on a C channel (docs/io.md). For a
   /// descriptor open for reading and writing, this is the C channel of the
   /// reads; its writes go through a second one.
   public var unsafeObject: OpaquePointer? { raw }
@@ -183,6 +188,15 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     if failure == 0, let status = system_fstat(descriptor), status.isStream, type == .randomAccess {
       failure = Errno.illegalSeek
     }
+    if failure == 0, type == .stream, let parent = channel.engine {
+      raw = nil
+      writer = nil
+      self.failure = 0
+      dropStopsRaw = false
+      engine = StreamEngine(parent: parent, cleanupQueue: queue, cleanup: cleanup)
+      return
+    }
+    engine = nil
     guard failure == 0, let source = channel.raw else {
       self.raw = nil
       self.writer = nil
@@ -216,10 +230,12 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     var failure: Int32 = 0
     var duplicate: Int32 = -1
     var isRegular = false
+    var onEngine = false
     if let status = system_fstat(descriptor) {
       if status.isDirectory { failure = Errno.isDirectory }
       if status.isStream && type == .randomAccess { failure = Errno.illegalSeek }
-      if failure == 0 && splitting
+      onEngine = failure == 0 && status.isStream
+      if failure == 0 && !onEngine && splitting
         && ((type == .stream && status.isBidirectional) || system_isReadWrite(descriptor))
       {
         duplicate = system_duplicate(descriptor)
@@ -232,6 +248,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     guard failure == 0 else {
       raw = nil
       writer = nil
+      engine = nil
       self.failure = failure
       dropStopsRaw = false
       queue.async {
@@ -240,6 +257,15 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       }
       return
     }
+    if onEngine {
+      raw = nil
+      writer = nil
+      self.failure = 0
+      dropStopsRaw = false
+      engine = StreamEngine(descriptor: descriptor, closing: closing, cleanupQueue: queue, cleanup: cleanup)
+      return
+    }
+    engine = nil
     if duplicate >= 0 {
       // Both C channels find the flags libdispatch wants already set (O_NONBLOCK for a stream,
       // blocking for a regular file, which it reads on its disk queues), so neither changes them
@@ -290,6 +316,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// C channel of their own unless the descriptor is read-only or write-only
   /// (see `writer`), so stopping that C channel stops nothing else.
   deinit {
+    engine?.drop()
     if let raw {
       Libdispatch.io_close(raw, dropStopsRaw ? Libdispatch.ioStop : 0)
       Libdispatch.release(raw)
@@ -309,7 +336,10 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The descriptor, or -1 once the channel is closed.
   ///
   /// The corresponding C function is `dispatch_io_get_descriptor`.
-  public var fileDescriptor: Int32 { raw.map(Libdispatch.io_get_descriptor) ?? -1 }
+  public var fileDescriptor: Int32 {
+    if let engine { return engine.closedFlag.load(ordering: .acquiring) ? -1 : engine.descriptor }
+    return raw.map(Libdispatch.io_get_descriptor) ?? -1
+  }
 
   // MARK: Reading and writing
 
@@ -335,6 +365,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C function is `dispatch_io_read`.
   public func read(offset: Int = 0, length: Int, queue: Queue, handler: @escaping Handler) {
+    if let engine, length >= 0 { return engine.read(length: length, queue: queue, handler: handler) }
     guard let raw, length >= 0 else {
       let error = failure != 0 ? failure : Errno.invalidArgument
       queue.async { handler(true, nil, error) }
@@ -362,6 +393,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   public func write(
     offset: Int = 0, data: DispatchBuffer, queue: Queue, handler: @escaping Handler = { _, _, _ in }
   ) {
+    if let engine { return engine.write(data: data, queue: queue, handler: handler) }
     guard let raw else {
       let error = failure
       queue.async { handler(true, data, error) }
@@ -402,6 +434,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C functions are `dispatch_io_set_low_water` and `dispatch_io_set_high_water`.
   public func setLimit(lowWater: Int? = nil, highWater: Int? = nil) {
+    engine?.setLimit(lowWater: lowWater, highWater: highWater)
     eachChannel { raw in
       if let lowWater { Libdispatch.io_set_low_water(raw, max(lowWater, 0)) }
       if let highWater { Libdispatch.io_set_high_water(raw, max(highWater, 0)) }
@@ -421,6 +454,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The corresponding C function is `dispatch_io_set_interval`.
   public func setInterval(_ interval: Duration, strict: Bool = false) {
     let nanoseconds = interval.saturatingNonNegativeNanoseconds
+    engine?.setInterval(nanoseconds: nanoseconds, strict: strict)
     eachChannel { raw in
       Libdispatch.io_set_interval(raw, nanoseconds, strict ? Libdispatch.ioStrictInterval : 0)
     }
@@ -440,6 +474,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C function is `dispatch_io_barrier`.
   public func barrier(_ body: @escaping @Sendable () -> Void) {
+    if let engine { return engine.barrier(body) }
     guard let raw else {
       Queue.global().async(body)
       return
@@ -465,6 +500,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///
   /// The corresponding C function is `dispatch_io_close`.
   public func close(stop: Bool = false) {
+    engine?.close(stop: stop)
     eachChannel { Libdispatch.io_close($0, stop ? Libdispatch.ioStop : 0) }
   }
 
@@ -473,6 +509,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// have their own C channel (`writer`), which goes on; otherwise `raw`
   /// carries one direction only.
   func stopReads() {
+    engine?.stopReads()
     if let raw { Libdispatch.io_close(raw, Libdispatch.ioStop) }
   }
 
@@ -480,6 +517,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// channel when there is one, otherwise `raw` (which then carries one
   /// direction only).
   func stopWrites() {
+    engine?.stopWrites()
     if let channel = writer ?? raw { Libdispatch.io_close(channel, Libdispatch.ioStop) }
   }
 }

@@ -64,6 +64,22 @@ func system_read(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count
   read(descriptor, buffer, count)
 }
 
+/// `write(2)`; -1 and errno on failure.
+func system_write(_ descriptor: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+  write(descriptor, buffer, count)
+}
+
+/// `malloc(3)`: memory a `DispatchBuffer` made with the `.free` deallocator can take over.
+func system_allocate(_ count: Int) -> UnsafeMutableRawPointer? { malloc(count) }
+
+/// `realloc(3)` to a smaller size (the same block when the C library keeps it).
+func system_shrink(_ memory: UnsafeMutableRawPointer, to count: Int) -> UnsafeMutableRawPointer {
+  realloc(memory, count) ?? memory
+}
+
+/// `free(3)`.
+func system_deallocate(_ memory: UnsafeMutableRawPointer) { free(memory) }
+
 /// What `fstat` says of a descriptor: its kind, size and link count.
 struct FileStatus {
   var isDirectory: Bool
@@ -104,6 +120,9 @@ func system_setStatusFlags(_ descriptor: Int32, _ flags: Int32) { _ = fcntl(desc
 
 /// `O_NONBLOCK`.
 let system_nonBlocking = O_NONBLOCK
+
+/// Whether `descriptor` was opened for reading only (`O_RDONLY`): nothing will be written to it.
+func system_isReadOnly(_ descriptor: Int32) -> Bool { system_statusFlags(descriptor) & O_ACCMODE == O_RDONLY }
 
 /// Whether `descriptor` was opened for writing only (`O_WRONLY`): nothing will be read from it.
 func system_isWriteOnly(_ descriptor: Int32) -> Bool { system_statusFlags(descriptor) & O_ACCMODE == O_WRONLY }
@@ -323,6 +342,8 @@ enum Errno {
   static let noSuchProcess = ESRCH
   /// `EINTR`
   static let interrupted = EINTR
+  /// The descriptor has nothing to give, or no room, now (non-blocking).
+  static let wouldBlock = EAGAIN
   /// `EBADF`
   static let badFileDescriptor = EBADF
   /// `ENOMEM`

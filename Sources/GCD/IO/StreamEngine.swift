@@ -1,0 +1,512 @@
+import Synchronization
+
+/// A stream channel over a pipe or a socket, on the package's own read and write sources: the
+/// descriptor is watched through the descriptor fence (docs/sources-linux.md), never by
+/// libdispatch's own I/O channel, whose sources on the raw descriptor are exposed to
+/// swift-corelibs-libdispatch#949 under connection churn. `IOChannel` keeps its contract: reads
+/// with a low- and a high-water mark and an interval, writes in order with their progress,
+/// barriers, `close(stop:)`, the cleanup exactly once, a drop that stops the reads and lets the
+/// writes finish, channels made from this one.
+///
+/// **One queue, one story.** Every field marked "on `queue`" is read and written only on `queue`,
+/// a serial queue of the engine's own: submissions from any thread arrive there with `async` (in
+/// the order each thread made them), and the read and write sources, the interval's timer and
+/// their cancel handlers all target it. So the engine has no lock; its handlers run on the queues
+/// their operations named, submitted from `queue` in the order of the bytes.
+///
+/// **Order.** Reads run one at a time in the order submitted, writes likewise, the two directions
+/// at once. A barrier waits until every operation submitted before it has ended; operations
+/// submitted after it wait in `later` until it has run (on `queue`, the descriptor usable).
+///
+/// **Lifetime.** The engine holds its sources, and their handlers hold the engine: the cycle keeps
+/// a channel with work alive after its wrapper is gone, and ends when the engine finishes (the
+/// channel closed and every operation ended): the sources are cancelled, and once their cancel
+/// handlers ran (the fence has let the descriptor go) the flags are restored, the descriptor is
+/// closed when the channel owns it, and the cleanup runs once, on its queue.
+///
+/// `@unchecked Sendable`: the immutable fields are set in `init`; the rest is confined to `queue`,
+/// or atomic (`closedFlag`, `leases`).
+final class StreamEngine: @unchecked Sendable {
+  let descriptor: Int32
+  /// Serial; the confinement of every field marked "on `queue`".
+  let queue = Queue(label: "GCD.IOChannel.stream")
+  private let cleanupQueue: Queue
+  private let cleanup: @Sendable (Int32) -> Void
+  /// Close the descriptor at the end (a channel that opened it itself).
+  private let closing: Bool
+  /// The descriptor's status flags before the engine set `O_NONBLOCK`, restored at the end; -1 for
+  /// a channel made from another (whose engine restores them).
+  private let flags: Int32
+  /// The engine of the channel this one was made from: it holds the descriptor until this one
+  /// ends.
+  private let parent: StreamEngine?
+  /// The descriptor is open for reading only (`O_RDONLY`) or writing only (`O_WRONLY`): stopping
+  /// that one direction ends the channel, as closing a C channel with `DISPATCH_IO_STOP` does.
+  private let readOnly: Bool
+  private let writeOnly: Bool
+  /// The channels made from this one that have not ended: this one does not end before them.
+  let leases = Atomic<Int>(0)
+  /// Closed: `IOChannel.fileDescriptor` is -1.
+  let closedFlag = Atomic<Bool>(false)
+
+  /// A read: how many bytes it still wants, and those read but not yet delivered.
+  /// `@unchecked Sendable`: made by the submitting thread and handed to `queue` by `async` (the
+  /// hand-off orders the two), then used only on `queue`.
+  final class ReadOperation: @unchecked Sendable {
+    var remaining: Int
+    let queue: Queue
+    let handler: IOChannel.Handler
+    var pending = DispatchBuffer()
+    init(length: Int, queue: Queue, handler: @escaping IOChannel.Handler) {
+      remaining = length
+      self.queue = queue
+      self.handler = handler
+    }
+  }
+
+  /// A write: the bytes not yet written, and how many were written since its handler last heard.
+  /// `@unchecked Sendable` as `ReadOperation`.
+  final class WriteOperation: @unchecked Sendable {
+    var rest: DispatchBuffer
+    let queue: Queue
+    let handler: IOChannel.Handler
+    var unreported = 0
+    init(data: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
+      rest = data
+      self.queue = queue
+      self.handler = handler
+    }
+  }
+
+  enum Item {
+    case read(ReadOperation)
+    case write(WriteOperation)
+    case barrier(@Sendable () -> Void)
+  }
+
+  // On `queue`:
+  /// The reads that may run, the first one running.
+  private var reads: [ReadOperation] = []
+  /// The writes that may run, the first one running.
+  private var writes: [WriteOperation] = []
+  /// From the first barrier not yet run: what waits for it, in order.
+  private var later: [Item] = []
+  private var readLowWater = 1
+  private var writeLowWater = Int.max
+  private var highWater = Int.max
+  private var interval: (timer: TimerSource, strict: Bool)?
+  private var readSource: ReadSource?
+  private var readWaiting = false
+  private var writeSource: WriteSource?
+  private var writeWaiting = false
+  /// How the reads ended: 0 at end of file, otherwise the error; nil while they go on.
+  private var readEnded: Int32?
+  /// Why the writes cannot go on (a write source that could not be made); 0 while they can.
+  private var writeFailure: Int32 = 0
+  private var readsStopped = false
+  private var writesStopped = false
+  private var closed = false
+  private var finishing = false
+  private var sourcesLeft = 0
+
+  /// A stream engine over `descriptor` (a pipe or a socket), which it makes non-blocking until
+  /// the end.
+  init(descriptor: Int32, closing: Bool, cleanupQueue: Queue, cleanup: @escaping @Sendable (Int32) -> Void) {
+    self.descriptor = descriptor
+    self.closing = closing
+    self.cleanupQueue = cleanupQueue
+    self.cleanup = cleanup
+    parent = nil
+    let flags = system_statusFlags(descriptor)
+    self.flags = flags
+    (readOnly, writeOnly) = (system_isReadOnly(descriptor), system_isWriteOnly(descriptor))
+    if flags >= 0 && flags & system_nonBlocking == 0 { system_setStatusFlags(descriptor, flags | system_nonBlocking) }
+  }
+
+  /// A stream engine over `parent`'s descriptor, which `parent` keeps until this one has ended.
+  init(parent: StreamEngine, cleanupQueue: Queue, cleanup: @escaping @Sendable (Int32) -> Void) {
+    descriptor = parent.descriptor
+    closing = false
+    flags = -1
+    self.cleanupQueue = cleanupQueue
+    self.cleanup = cleanup
+    self.parent = parent
+    (readOnly, writeOnly) = (parent.readOnly, parent.writeOnly)
+    parent.leases.add(1, ordering: .acquiringAndReleasing)
+  }
+
+  // MARK: Submissions (any thread)
+
+  func read(length: Int, queue: Queue, handler: @escaping IOChannel.Handler) {
+    let operation = ReadOperation(length: length, queue: queue, handler: handler)
+    self.queue.async { self.submit(.read(operation)) }
+  }
+
+  func write(data: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
+    let operation = WriteOperation(data: data, queue: queue, handler: handler)
+    self.queue.async { self.submit(.write(operation)) }
+  }
+
+  func barrier(_ body: @escaping @Sendable () -> Void) {
+    queue.async { self.submit(.barrier(body)) }
+  }
+
+  func setLimit(lowWater: Int?, highWater: Int?) {
+    queue.async {
+      if let lowWater {
+        self.readLowWater = max(lowWater, 1)
+        self.writeLowWater = max(lowWater, 1)
+      }
+      if let highWater { self.highWater = max(highWater, 1) }
+    }
+  }
+
+  func setInterval(nanoseconds: UInt64, strict: Bool) {
+    queue.async { self.schedule(interval: nanoseconds, strict: strict) }
+  }
+
+  /// `close(stop:)`: no operation is accepted after it; with `stop` the submitted ones end now.
+  func close(stop: Bool) {
+    queue.async {
+      self.markClosed()
+      if stop {
+        self.readsStopped = true
+        self.writesStopped = true
+      }
+      self.run()
+    }
+  }
+
+  /// The reads end now, with `ECANCELED`, and so does every later one; the writes go on (on a
+  /// descriptor open for reading only, the channel is closed: it has nothing else to do).
+  func stopReads() {
+    queue.async {
+      self.readsStopped = true
+      if self.readOnly { self.markClosed() }
+      self.run()
+    }
+  }
+
+  /// The writes end now, with `ECANCELED`, and so does every later one; the reads go on (on a
+  /// descriptor open for writing only, the channel is closed).
+  func stopWrites() {
+    queue.async {
+      self.writesStopped = true
+      if self.writeOnly { self.markClosed() }
+      self.run()
+    }
+  }
+
+  private func markClosed() {
+    closed = true
+    closedFlag.store(true, ordering: .releasing)
+  }
+
+  /// The wrapper is gone: the reads stop (none is left waiting for bytes that never come), the
+  /// writes run to their end, then the engine finishes.
+  func drop() {
+    queue.async {
+      self.readsStopped = true
+      self.markClosed()
+      self.run()
+    }
+  }
+
+  // MARK: The machine (on `queue`)
+
+  private func submit(_ item: Item) {
+    if closed {
+      refuse(item)
+    } else if later.isEmpty, !item.isBarrier {
+      place(item)
+    } else {
+      later.append(item)
+    }
+    run()
+  }
+
+  /// An operation submitted after `close`: it ends at once with `ECANCELED` (a barrier still runs).
+  private func refuse(_ item: Item) {
+    switch item {
+    case .read(let operation): send(operation, done: true, data: nil, error: Errno.canceled)
+    case .write(let operation): send(operation, done: true, data: operation.rest, error: Errno.canceled)
+    case .barrier(let body): body()
+    }
+  }
+
+  private func place(_ item: Item) {
+    switch item {
+    case .read(let operation): reads.append(operation)
+    case .write(let operation): writes.append(operation)
+    case .barrier: preconditionFailure("GCD: IOChannel: a barrier placed among running operations")
+    }
+  }
+
+  /// Moves everything on: the reads, the writes, a barrier whose operations before it have ended
+  /// (and what follows it up to the next barrier), the end.
+  private func run(readable estimate: Int? = nil) {
+    pumpReads(estimate: estimate)
+    pumpWrites()
+    while reads.isEmpty, writes.isEmpty, case .barrier(let body)? = later.first {
+      later.removeFirst()
+      body()
+      while let item = later.first, !item.isBarrier {
+        later.removeFirst()
+        place(item)
+      }
+      pumpReads(estimate: nil)
+      pumpWrites()
+    }
+    finishIfDone()
+  }
+
+  /// Reads for the first read until it is complete, the descriptor has nothing more now, or the
+  /// reads end. `estimate`: the bytes the read source says are queued (nil outside its handler:
+  /// then the source is asked first).
+  private func pumpReads(estimate: Int?) {
+    var available = estimate
+    while let operation = reads.first {
+      if readsStopped {
+        complete(operation, error: Errno.canceled)
+        continue
+      }
+      if let readEnded {
+        complete(operation, error: readEnded)
+        continue
+      }
+      if operation.remaining == 0 {
+        complete(operation, error: 0)
+        continue
+      }
+      guard let queued = available, queued >= 0 else {
+        waitReadable()
+        return
+      }
+      // At least a small block: an estimate of 0 on a readable descriptor is its end (or an error,
+      // or bytes that came since), which one read says.
+      let count = min(operation.remaining, max(queued, 1024), 1 << 20)
+      guard let memory = system_allocate(count) else {
+        readEnded = Errno.noMemory
+        continue
+      }
+      let got = system_read(descriptor, memory, count)
+      if got <= 0 {
+        let error = got < 0 ? system_errno : 0
+        system_deallocate(memory)
+        if got < 0 && error == Errno.interrupted { continue }
+        if got < 0 && error == Errno.wouldBlock {
+          waitReadable()
+          return
+        }
+        readEnded = error
+        continue
+      }
+      let kept = got < count / 2 ? system_shrink(memory, to: got) : memory
+      operation.pending.append(
+        DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(start: kept, count: got), deallocator: .free))
+      operation.remaining -= got
+      available = got < count ? -1 : queued - got
+      if operation.remaining == 0 {
+        complete(operation, error: 0)
+      } else {
+        deliver(operation)
+      }
+    }
+    if readWaiting, let readSource {
+      readWaiting = false
+      readSource.suspend()
+    }
+  }
+
+  /// Writes the first write's bytes until it is complete, the descriptor has no room now, or the
+  /// writes end.
+  private func pumpWrites() {
+    while let operation = writes.first {
+      if writesStopped || writeFailure != 0 {
+        complete(operation, error: writesStopped ? Errno.canceled : writeFailure)
+        continue
+      }
+      var written = 0
+      var error: Int32 = 0
+      operation.rest.enumerateRegions { bytes, _ in
+        written = system_write(descriptor, bytes.baseAddress!, bytes.count)
+        if written < 0 { error = system_errno }
+        return false
+      }
+      if operation.rest.isEmpty {
+        complete(operation, error: 0)
+        continue
+      }
+      if written < 0 {
+        if error == Errno.interrupted { continue }
+        if error == Errno.wouldBlock {
+          waitWritable()
+          return
+        }
+        complete(operation, error: error)
+        continue
+      }
+      operation.rest = operation.rest.extracting(written..<operation.rest.count)
+      operation.unreported += written
+      if operation.rest.isEmpty {
+        complete(operation, error: 0)
+      } else if operation.unreported >= writeLowWater {
+        operation.unreported = 0
+        send(operation, done: false, data: operation.rest, error: 0)
+      }
+    }
+    if writeWaiting, let writeSource {
+      writeWaiting = false
+      writeSource.suspend()
+    }
+  }
+
+  /// Hands a running read what it gathered, in deliveries of at least the low-water mark and at
+  /// most the high-water mark.
+  private func deliver(_ operation: ReadOperation) {
+    while operation.pending.count >= readLowWater {
+      let count = min(operation.pending.count, highWater)
+      send(operation, done: false, data: take(count, from: operation), error: 0)
+    }
+  }
+
+  /// Ends the first read: what it gathered (in deliveries of at most the high-water mark), then
+  /// `done` with `error`.
+  private func complete(_ operation: ReadOperation, error: Int32) {
+    reads.removeFirst()
+    while operation.pending.count > highWater {
+      send(operation, done: false, data: take(highWater, from: operation), error: 0)
+    }
+    send(operation, done: true, data: operation.pending, error: error)
+  }
+
+  /// Ends the first write: nil data when every byte was written, otherwise the rest.
+  private func complete(_ operation: WriteOperation, error: Int32) {
+    writes.removeFirst()
+    send(operation, done: true, data: error == 0 ? nil : operation.rest, error: error)
+  }
+
+  private func take(_ count: Int, from operation: ReadOperation) -> DispatchBuffer {
+    if count == operation.pending.count {
+      defer { operation.pending = DispatchBuffer() }
+      return operation.pending
+    }
+    defer { operation.pending = operation.pending.extracting(count..<operation.pending.count) }
+    return operation.pending.extracting(0..<count)
+  }
+
+  private func send(_ operation: ReadOperation, done: Bool, data: DispatchBuffer?, error: Int32) {
+    let handler = operation.handler
+    operation.queue.async { handler(done, data, error) }
+  }
+
+  private func send(_ operation: WriteOperation, done: Bool, data: DispatchBuffer?, error: Int32) {
+    let handler = operation.handler
+    operation.queue.async { handler(done, data, error) }
+  }
+
+  /// The read source, made on first need and resumed: its handler reads on.
+  private func waitReadable() {
+    if readWaiting { return }
+    if readSource == nil {
+      do throws(GCDError) {
+        let source = try ReadSource(fileDescriptor: descriptor, queue: queue)
+        source.setEventHandler { estimate in self.run(readable: Int(clamping: estimate)) }
+        source.setCancelHandler { self.sourceEnded() }
+        readSource = source
+      } catch {
+        readEnded = error.errno
+        pumpReads(estimate: nil)
+        return
+      }
+    }
+    readWaiting = true
+    readSource!.resume()
+  }
+
+  /// The write source, made on first need and resumed: its handler writes on.
+  private func waitWritable() {
+    if writeWaiting { return }
+    if writeSource == nil {
+      do throws(GCDError) {
+        let source = try WriteSource(fileDescriptor: descriptor, queue: queue)
+        source.setEventHandler { _ in self.run() }
+        source.setCancelHandler { self.sourceEnded() }
+        writeSource = source
+      } catch {
+        writeFailure = error.errno
+        pumpWrites()
+        return
+      }
+    }
+    writeWaiting = true
+    writeSource!.resume()
+  }
+
+  private func schedule(interval nanoseconds: UInt64, strict: Bool) {
+    interval?.timer.cancel()
+    interval = nil
+    guard nanoseconds > 0, !finishing else { return }
+    let timer = TimerSource(queue: queue)
+    let period = Duration.nanoseconds(Int64(clamping: nanoseconds))
+    timer.schedule(start: .now + period, interval: period)
+    timer.setEventHandler { _ in self.tick() }
+    timer.resume()
+    interval = (timer, strict)
+  }
+
+  /// The interval has passed: with a strict interval, the running read delivers what it gathered
+  /// and the running write reports its progress, however little (nothing when there is none).
+  private func tick() {
+    guard let interval, interval.strict else { return }
+    if let operation = reads.first, !operation.pending.isEmpty {
+      send(operation, done: false, data: take(min(operation.pending.count, highWater), from: operation), error: 0)
+    }
+    if let operation = writes.first, operation.unreported > 0 {
+      operation.unreported = 0
+      send(operation, done: false, data: operation.rest, error: 0)
+    }
+  }
+
+  /// The end, once the channel is closed and nothing is left to do: the sources are cancelled
+  /// (their cancel handlers run once the fence has let the descriptor go), then `end`.
+  private func finishIfDone() {
+    guard closed, !finishing, reads.isEmpty, writes.isEmpty, later.isEmpty,
+      leases.load(ordering: .acquiring) == 0
+    else { return }
+    finishing = true
+    interval?.timer.cancel()
+    interval = nil
+    for source in [readSource as Source?, writeSource] {
+      guard let source else { continue }
+      sourcesLeft += 1
+      source.cancel()  // a suspended one too: the cancel settles its suspension
+    }
+    if sourcesLeft == 0 { end() }
+  }
+
+  private func sourceEnded() {
+    sourcesLeft -= 1
+    if sourcesLeft == 0 { end() }
+  }
+
+  private func end() {
+    readSource = nil
+    writeSource = nil
+    if flags >= 0 { system_setStatusFlags(descriptor, flags) }
+    if closing { system_close(descriptor) }
+    let (cleanup, descriptor) = (self.cleanup, self.descriptor)
+    cleanupQueue.async { cleanup(descriptor) }
+    if let parent {
+      parent.leases.subtract(1, ordering: .acquiringAndReleasing)
+      parent.queue.async { parent.finishIfDone() }
+    }
+  }
+}
+
+extension StreamEngine.Item {
+  var isBarrier: Bool {
+    if case .barrier = self { return true }
+    return false
+  }
+}
