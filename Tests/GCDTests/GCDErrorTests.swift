@@ -222,22 +222,24 @@ func createWithNoDescriptorLeft() {
     () throws(GCDError) in
     try FileSystemSource(fileDescriptor: fillers[0], events: .write, queue: queue)
   }
-  // A socket channel writes through a duplicate of its descriptor: with none left, the channel is
-  // unusable from the start, reports EMFILE to each operation and runs its cleanup once.
+  // A socket channel needs no descriptor of its own: it reads and writes on the package's sources,
+  // behind the descriptor fence, whose one epoll instance this child has not made yet. With no
+  // descriptor left for it, the read reports EMFILE; the cleanup runs once the channel is closed.
   do {
     let ended = Event()
     let cleaned = Event()
     let error = Mutex<Int32>(0)
     let channel = IOChannel(fileDescriptor: pair[0], type: .stream, queue: queue) { _ in cleaned.signal() }
-    childCheck(channel.unsafeObject == nil, "a socket channel got its C channels with no descriptor left")
+    childCheck(channel.unsafeObject == nil, "a socket channel got a C channel")
     channel.read(length: 1, queue: queue) { done, _, failure in
       guard done else { return }
       error.withLock { $0 = failure }
       ended.signal()
     }
-    childCheck(ended.wait(), "the read of a socket channel with no descriptor for its writes never ended")
+    childCheck(ended.wait(), "the read of a socket channel with no descriptor left for the fence never ended")
     childCheck(error.withLock { $0 } == EMFILE, "that read ended with errno \(error.withLock { $0 }), not EMFILE")
-    childCheck(cleaned.wait(), "the cleanup of a socket channel with no descriptor for its writes never ran")
+    channel.close()
+    childCheck(cleaned.wait(), "the cleanup of that socket channel never ran after close()")
   }
   first.cancel()
   // Nothing was left open by the failures: with descriptors back, each creation works.
