@@ -6,15 +6,17 @@
 // stream channel served by a task: it reads what arrives, and writes back
 // every complete line ("\n"-terminated) as soon as it has it. When the peer
 // closes its side, the task writes back what is left and closes the channel.
+// A stream channel over a socket runs on the package's own read and write
+// sources: no descriptor but the connection's, none left after its cleanup.
 //
 // Graceful shutdown — on SIGINT/SIGTERM, or here once the built-in clients
 // are done — stops accepting (the accept source is cancelled and closes the
 // listening socket), lets every open connection finish, and exits when the
 // last channel's cleanup has run. The program is bounded: it runs `clients`
-// clients (plain blocking sockets on their own threads) that each send
-// `lines` lines, check every echo, and hang up; then it shuts down by itself.
+// clients (plain blocking sockets on their own threads), each connecting
+// `connections` times in turn: send `lines` lines, check every echo, hang up.
 //
-// Usage: ExampleEchoServer [clients, default 4] [lines per client, default 200]
+// Usage: ExampleEchoServer [clients, default 4] [lines, default 200] [connections, default 1]
 
 import GCD
 import Glibc
@@ -28,54 +30,20 @@ func say(_ text: String, to descriptor: Int32 = STDOUT_FILENO) {
 
 let arguments = CommandLine.arguments
 let clientCount = arguments.count > 1 ? Int(arguments[1]) ?? 4 : 4
-let linesPerClient = arguments.count > 2 ? Int(arguments[2]) ?? 200 : 200
+let linesPerConnection = arguments.count > 2 ? Int(arguments[2]) ?? 200 : 200
+let connectionsPerClient = arguments.count > 3 ? Int(arguments[3]) ?? 1 : 1
 
 // MARK: - The server
 
-/// Counts what the server did and tells `main` when the last connection is gone.
-final class ServerState: Sendable {
-  struct Counts {
-    var open = 0
-    var served = 0
-    var lines = 0
-    var shuttingDown = false
-    var drained: CheckedContinuation<Void, Never>?
-  }
-  let counts = Mutex(Counts())
-
-  func opened() { counts.withLock { $0.open += 1 } }
-
-  func echoed(lines: Int) { counts.withLock { $0.lines += lines } }
-
-  /// A connection's cleanup ran: its descriptor is closed.
-  func closed() {
-    let waiter = counts.withLock { counts -> CheckedContinuation<Void, Never>? in
-      counts.open -= 1
-      counts.served += 1
-      guard counts.shuttingDown && counts.open == 0 else { return nil }
-      defer { counts.drained = nil }
-      return counts.drained
-    }
-    waiter?.resume()
-  }
-
-  /// Waits until shutdown has begun and no connection is open.
-  func drain() async {
-    await withCheckedContinuation { continuation in
-      let done = counts.withLock { counts -> Bool in
-        counts.shuttingDown = true
-        if counts.open > 0 { counts.drained = continuation }
-        return counts.open == 0
-      }
-      if done { continuation.resume() }
-    }
-  }
-}
+/// Every open connection: entered when it is accepted, left when its channel's cleanup has closed it.
+let open = Group()
+let served = Atomic<Int>(0)
+let echoedLines = Atomic<Int>(0)
 
 let newline = UInt8(ascii: "\n")
 
 /// Serves one connection: echoes each complete line as soon as it has arrived.
-func serve(_ channel: IOChannel, _ state: ServerState) async {
+func serve(_ channel: IOChannel) async {
   var partial = DispatchBuffer()
   do {
     while true {
@@ -86,7 +54,7 @@ func serve(_ channel: IOChannel, _ state: ServerState) async {
       let lines = partial.extracting(0..<last + 1)
       partial = partial.extracting(last + 1..<partial.count)
       try await channel.write(lines)
-      state.echoed(lines: lines.reduce(0) { $1 == newline ? $0 + 1 : $0 })
+      echoedLines.add(lines.reduce(0) { $1 == newline ? $0 + 1 : $0 }, ordering: .relaxed)
     }
     if !partial.isEmpty { try await channel.write(partial) }
   } catch {
@@ -114,7 +82,6 @@ func listenOnLoopback() -> (socket: Int32, port: UInt16) {
   return (listener, UInt16(bigEndian: address.sin_port))
 }
 
-let state = ServerState()
 let queue = Queue(label: "echo-server")
 let (listener, port) = listenOnLoopback()
 let acceptor = try ReadSource(fileDescriptor: listener, queue: queue)
@@ -123,12 +90,13 @@ acceptor.setEventHandler {
     let connection = accept(listener, nil, nil)
     if connection < 0 { break }  // EAGAIN: no more pending connections
     _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
-    state.opened()
+    open.enter()
     let channel = IOChannel(fileDescriptor: connection, type: .stream, queue: queue) { descriptor in
       close(descriptor)
-      state.closed()
+      served.add(1, ordering: .relaxed)
+      open.leave()
     }
-    Task { await serve(channel, state) }
+    Task { await serve(channel) }
   }
 }
 acceptor.setCancelHandler { close(listener) }
@@ -138,49 +106,11 @@ acceptor.resume()
 func announceListening() { say("ExampleEchoServer: listening on 127.0.0.1:\(port)") }
 announceListening()
 
-// MARK: - Shutdown on a signal
-
-/// Resumes the waiting `main` once `count` arrivals have happened (later arrivals change nothing).
-final class Countdown: Sendable {
-  private let state: Mutex<(remaining: Int, waiter: CheckedContinuation<Void, Never>?)>
-  init(_ count: Int) { state = Mutex((count, nil)) }
-  func arrive() {
-    let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-      state.remaining = max(state.remaining - 1, 0)
-      return state.remaining == 0 ? state.waiter.take() : nil
-    }
-    waiter?.resume()
-  }
-  func wait() async {
-    await withCheckedContinuation { continuation in
-      let open = state.withLock { state -> Bool in
-        if state.remaining > 0 { state.waiter = continuation }
-        return state.remaining == 0
-      }
-      if open { continuation.resume() }
-    }
-  }
-}
-
-// The signals are ignored by default handling and watched by sources; the
-// server announces that it serves only once both sources are registered, so
-// a signal sent after the announcement is never lost.
-let shutdownRequest = Countdown(1)
-signal(SIGINT, SIG_IGN)
-signal(SIGTERM, SIG_IGN)
-let shutdownSignals = [SIGINT, SIGTERM].compactMap { try? SignalSource(signal: $0, queue: queue) }
-let signalsWatched = Countdown(shutdownSignals.count)
-for source in shutdownSignals {
-  source.setEventHandler { shutdownRequest.arrive() }
-  source.setRegistrationHandler { signalsWatched.arrive() }
-  source.resume()
-}
-await signalsWatched.wait()
-
 // MARK: - The built-in clients (plain blocking sockets, one thread each)
 
-/// Connects, sends `lines` lines in bursts, reads the echoes, checks them; returns the lines echoed intact.
-func runClient(_ number: Int) -> Int {
+/// Connects, sends `lines` lines in bursts of 10, reads and checks the echoes, hangs up; returns the
+/// lines echoed intact.
+func runConnection(_ number: Int) -> Int {
   let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
   defer { close(descriptor) }
   var address = sockaddr_in()
@@ -193,18 +123,14 @@ func runClient(_ number: Int) -> Int {
     }
   }
   guard connected == 0 else { return 0 }
-  let expected = (0..<linesPerClient).map { "client \(number) line \($0)\n" }.joined()
-  let bytes = Array(expected.utf8)
-  // Send in bursts of 10 lines, each as one write, and read the echo of each burst.
-  var received: [UInt8] = []
-  var buffer = [UInt8](repeating: 0, count: 4096)
-  var sent = 0
-  for burst in stride(from: 0, to: linesPerClient, by: 10) {
-    let text = Array((burst..<min(burst + 10, linesPerClient)).map { "client \(number) line \($0)\n" }.joined().utf8)
-    guard text.withUnsafeBytes({ send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == text.count
+  var (sent, received, buffer) = ([UInt8](), [UInt8](), [UInt8](repeating: 0, count: 4096))
+  for burst in stride(from: 0, to: linesPerConnection, by: 10) {
+    let text = (burst..<min(burst + 10, linesPerConnection)).map { "client \(number) line \($0)\n" }.joined()
+    let bytes = Array(text.utf8)
+    guard bytes.withUnsafeBytes({ send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == bytes.count
     else { return 0 }
-    sent += text.count
-    while received.count < sent {
+    sent += bytes
+    while received.count < sent.count {
       let count = recv(descriptor, &buffer, buffer.count, 0)
       if count <= 0 { return 0 }
       received += buffer[0..<count]
@@ -212,7 +138,7 @@ func runClient(_ number: Int) -> Int {
   }
   shutdown(descriptor, Int32(SHUT_WR))
   while recv(descriptor, &buffer, buffer.count, 0) > 0 {}  // the server closes after the last echo
-  return received == bytes ? linesPerClient : 0
+  return received == sent ? linesPerConnection : 0
 }
 
 let clientsDone = Atomic<Int>(0)
@@ -226,29 +152,34 @@ final class ClientContext {
 
 func clientThread(_ context: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
   let client = Unmanaged<ClientContext>.fromOpaque(context!).takeRetainedValue()
-  intactLines.add(runClient(client.number), ordering: .relaxed)
-  if clientsDone.add(1, ordering: .acquiringAndReleasing).newValue == clientCount { shutdownRequest.arrive() }
+  for _ in 0..<connectionsPerClient { intactLines.add(runConnection(client.number), ordering: .relaxed) }
+  if clientsDone.add(1, ordering: .acquiringAndReleasing).newValue == clientCount { kill(getpid(), SIGTERM) }
   return nil
 }
 
+// MARK: - main: serve until a signal asks to stop (the last built-in client sends SIGTERM), then shut down
+
+signal(SIGINT, SIG_IGN)  // harmless until the signal sources are registered (libdispatch takes them over)
+signal(SIGTERM, SIG_IGN)
 var threads: [pthread_t] = []
-for number in 0..<clientCount {
-  var thread = pthread_t()
-  let context = Unmanaged.passRetained(ClientContext(number: number)).toOpaque()
-  precondition(pthread_create(&thread, nil, clientThread, context) == 0, "pthread_create")
-  threads.append(thread)
+try await SignalSource.withSignals([SIGINT, SIGTERM], queue: queue) { signals in
+  // The sources are registered: from here no signal is lost.
+  for number in 0..<clientCount {
+    var thread = pthread_t()
+    let context = Unmanaged.passRetained(ClientContext(number: number)).toOpaque()
+    precondition(pthread_create(&thread, nil, clientThread, context) == 0, "pthread_create")
+    threads.append(thread)
+  }
+  if clientCount == 0 { say("ExampleEchoServer: no clients; serving until SIGINT or SIGTERM") }
+  for await _ in signals { break }
 }
-if clientCount == 0 { say("ExampleEchoServer: no clients; serving until SIGINT or SIGTERM") }
-
-// MARK: - main: serve until the clients are done or a signal asks to stop, then shut down gracefully
-
-await shutdownRequest.wait()
 for thread in threads { pthread_join(thread, nil) }
 acceptor.cancel()  // stop accepting; the cancel handler closes the listening socket
-await state.drain()  // every connection finishes and its channel's cleanup closes it
-let (served, lines) = state.counts.withLock { ($0.served, $0.lines) }
-say("ExampleEchoServer: served \(served) connections, echoed \(lines) lines")
+try await open.wait()  // every connection finishes and its channel's cleanup closes it
 say(
-  "ExampleEchoServer: \(intactLines.load(ordering: .relaxed)) of \(clientCount * linesPerClient) lines came back intact"
+  "ExampleEchoServer: served \(served.load(ordering: .relaxed)) connections, echoed \(echoedLines.load(ordering: .relaxed)) lines"
+)
+say(
+  "ExampleEchoServer: \(intactLines.load(ordering: .relaxed)) of \(clientCount * connectionsPerClient * linesPerConnection) lines came back intact"
 )
 say("ExampleEchoServer: shut down")
