@@ -37,18 +37,13 @@ build:
 ## test: docs/listings.md, the DocC articles, the README and docs/ pages checked against the
 ## examples' code (docs/listings.sh, docs/docc-listings.sh), the DocC tutorial's code files
 ## compiled (docs/tutorial-check.sh), the whole test
-## suite (Swift Testing), examples included, then one --quick run of the
-## benchmark (debug build) so that it cannot rot. The I/O suites (IOChannel, IOChannel examples)
-## run on their own after the rest: IOChannel's stream channels are dispatch_io's, whose own sources
-## libdispatch's epoll layer can crash on when a pipe or socket hangs up (libdispatch #949,
-## docs/reliability.md, "Connection churn"); a run that dies of exactly that crash, with no test
-## failed before it, runs again (Tests/retry-known-crash.sh says so when it does).
+## suite (Swift Testing), examples included, once: a run that dies fails (no retry), then one
+## --quick run of the benchmark (debug build) so that it cannot rot.
 test: build $(BENCH_C_LIB)
 	docs/listings.sh --check
 	docs/docc-listings.sh --check
 	docs/tutorial-check.sh
-	Tests/retry-known-crash.sh $(SWIFT) test --skip-build --skip IOChannel
-	ATTEMPTS=4 Tests/retry-known-crash.sh $(SWIFT) test --skip-build --filter IOChannel
+	$(SWIFT) test --skip-build
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
 	@echo "GCDBenchmarks --quick: ok"
 
@@ -109,21 +104,12 @@ sanitize: sanitize-thread sanitize-address
 # (Tests/Sanitizers/tsan.supp says which and why).
 TSAN_MUTEX_LIB := .build/sanitizers/libtsan-mutex.so
 
-# --no-parallel: fewer sources are created and cancelled at once, which keeps
-# clear of a rare libdispatch crash under that churn (docs/reliability.md); a
-# run that still dies of exactly that crash, with no failure or report before
-# it, runs once more (Tests/retry-known-crash.sh says so when it does).
-# Every suite runs. The I/O suites (IOChannel, IOChannel examples) run on their
-# own afterwards: libdispatch's dispatch_io machinery hits that crash in about
-# one TSan run of them in three (docs/reliability.md), so they may take up to
-# six attempts (about a minute each), where the rest of the suite takes two.
-TSAN_TEST = LD_PRELOAD="$(abspath $(TSAN_MUTEX_LIB))" \
-  TSAN_OPTIONS="suppressions=$(abspath Tests/Sanitizers/tsan.supp)" Tests/retry-known-crash.sh \
-  $(SWIFT) test --skip-build --disable-xctest --no-parallel --sanitize=thread --scratch-path .build/sanitize-thread
+# --no-parallel: the suites one at a time (TSan's shadow memory and the churn tests' 4 threads on
+# 2 cores). Every suite runs once; a run that dies fails.
 sanitize-thread: $(TSAN_MUTEX_LIB)
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/sanitize-thread
-	$(TSAN_TEST) --skip IOChannel
-	ATTEMPTS=6 $(TSAN_TEST) --filter IOChannel
+	LD_PRELOAD="$(abspath $(TSAN_MUTEX_LIB))" TSAN_OPTIONS="suppressions=$(abspath Tests/Sanitizers/tsan.supp)" \
+	  $(SWIFT) test --skip-build --disable-xctest --no-parallel --sanitize=thread --scratch-path .build/sanitize-thread
 
 # (ld.gold warns once per ASan helper symbol, "Cannot export local symbol
 # '__asan_check_...'", about 3,000 lines of noise: filtered out.)
@@ -131,7 +117,6 @@ sanitize-address:
 	@$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/sanitize-address 2>&1 \
 	  | grep -v "Cannot export local symbol '__asan_"; exit $${PIPESTATUS[0]}
 	LSAN_OPTIONS="suppressions=$(abspath Tests/Sanitizers/lsan.supp):print_suppressions=0" \
-	  Tests/retry-known-crash.sh \
 	  $(SWIFT) test --skip-build --disable-xctest --sanitize=address --scratch-path .build/sanitize-address
 
 $(TSAN_MUTEX_LIB): Tests/Sanitizers/tsan-mutex.c

@@ -36,7 +36,9 @@ let connectionsPerClient = arguments.count > 3 ? Int(arguments[3]) ?? 1 : 1
 // MARK: - The server
 
 /// Every open connection: entered when it is accepted, left when its channel's cleanup has closed it.
-let open = Group()
+let connections = Group()
+/// Waits until every connection has finished and its channel's cleanup has closed it.
+func drain() async throws(CancellationError) { try await connections.wait() }
 let served = Atomic<Int>(0)
 let echoedLines = Atomic<Int>(0)
 
@@ -90,11 +92,11 @@ acceptor.setEventHandler {
     let connection = accept(listener, nil, nil)
     if connection < 0 { break }  // EAGAIN: no more pending connections
     _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
-    open.enter()
+    connections.enter()
     let channel = IOChannel(fileDescriptor: connection, type: .stream, queue: queue) { descriptor in
       close(descriptor)
       served.add(1, ordering: .relaxed)
-      open.leave()
+      connections.leave()
     }
     Task { await serve(channel) }
   }
@@ -175,7 +177,7 @@ try await SignalSource.withSignals([SIGINT, SIGTERM], queue: queue) { signals in
 }
 for thread in threads { pthread_join(thread, nil) }
 acceptor.cancel()  // stop accepting; the cancel handler closes the listening socket
-try await open.wait()  // every connection finishes and its channel's cleanup closes it
+try await drain()
 say(
   "ExampleEchoServer: served \(served.load(ordering: .relaxed)) connections, echoed \(echoedLines.load(ordering: .relaxed)) lines"
 )

@@ -1218,6 +1218,18 @@ struct IOChannelExampleTests {
     #expect(text.hasSuffix("shut down\n"), "\(text)")
   }
 
+  @Test(
+    "ExampleEchoServer under churning clients: 8 at once, each connecting 10 times in turn (connect, echo, close), every line intact"
+  )
+  func echoServerChurn() async throws {
+    let run = try await ExampleProcess.run("ExampleEchoServer", ["8", "20", "10"])
+    let text = String(decoding: run.output, as: UTF8.self)
+    #expect(run.status == 0, "\(text)\(run.errorText)")
+    #expect(text.contains("served 80 connections, echoed 1600 lines"), "\(text)")
+    #expect(text.contains("1600 of 1600 lines came back intact"), "\(text)")
+    #expect(text.hasSuffix("shut down\n"), "\(text)")
+  }
+
   @Test("ExampleEchoServer with no clients serves until SIGTERM, then shuts down gracefully")
   func echoServerSignal() async throws {
     let run = try await ExampleProcess.run("ExampleEchoServer", ["0"], signalWhen: "serving until SIGINT or SIGTERM")

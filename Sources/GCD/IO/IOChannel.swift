@@ -4,6 +4,16 @@ import Synchronization
 /// libdispatch's `dispatch_io`, with its handlers, limits, intervals and
 /// barriers, made safe to drop.
 ///
+/// A **stream channel over a pipe or a socket** keeps that contract on the
+/// package's own ``ReadSource`` and ``WriteSource`` behind the descriptor
+/// fence rather than on a C channel: libdispatch's I/O channel waits on such
+/// a descriptor with sources of its own, which libdispatch's epoll layer can
+/// use after freeing them when the peer hangs up under connection churn
+/// (swift-corelibs-libdispatch#949; docs/io.md, "Connection churn"). Such a
+/// channel costs no descriptor of its own and has no C channel
+/// (``unsafeObject`` is nil). Channels over regular files, terminals and
+/// other character devices are libdispatch's `dispatch_io`.
+///
 /// A **stream** channel (pipes, sockets, terminals, or a file read in order)
 /// reads and writes in sequence; a **random-access** channel (regular files)
 /// reads and writes at offsets. Reads and writes deliver their bytes as
@@ -31,14 +41,14 @@ import Synchronization
 /// - ``init(path:flags:mode:type:queue:cleanup:)`` opens the file itself and
 ///   throws at once (a relative path, a missing file, a FIFO for random
 ///   access), where the C function returns NULL or reports the error later.
-/// - A channel over a descriptor open for reading and writing (a socket, a
-///   terminal, a FIFO or a file opened with `O_RDWR`) reads and writes
+/// - A C channel over a descriptor open for reading and writing (a terminal,
+///   a file opened with `O_RDWR`) reads and writes
 ///   through two C channels: the writes go through a second one over a
 ///   close-on-exec duplicate of the descriptor. That is what lets a drop
 ///   stop the reads alone (`dispatch_io_close` stops every operation of a C
-///   channel), and it keeps a long write in flight from stalling the reads
-///   waiting on a socket (a libdispatch defect: docs/io.md, "One channel
-///   reading and writing a socket at once").
+///   channel), and it kept a long write in flight from stalling the reads
+///   waiting on a socket when sockets were on C channels (a libdispatch
+///   defect: docs/io.md, "One channel reading and writing a socket at once").
 ///   The pair behaves as one channel: limits, intervals,
 ///   barriers and closing apply to both, and the cleanup runs once, after
 ///   both are done.
@@ -46,7 +56,8 @@ import Synchronization
 /// A stream channel sets `O_NONBLOCK` on the descriptor and restores the
 /// original flags before the cleanup handler runs.
 ///
-/// `Sendable`: libdispatch channels are thread-safe.
+/// `Sendable`: libdispatch channels are thread-safe, and so is the stream
+/// engine (`StreamEngine`: its state is confined to a serial queue).
 ///
 /// The corresponding C type is `dispatch_io_t`.
 public final class IOChannel: @unchecked Sendable {  // the C channel is thread-safe; `reader` is behind a Mutex

@@ -265,6 +265,9 @@ final class StreamEngine: @unchecked Sendable {
   /// then the source is asked first).
   private func pumpReads(estimate: Int?) {
     var available = estimate
+    // A read made in this call: an estimate of 0 asks for one read (the end of file, an error),
+    // but not after a read took what the estimate said.
+    var hasRead = false
     while let operation = reads.first {
       if readsStopped {
         complete(operation, error: Errno.canceled)
@@ -278,7 +281,9 @@ final class StreamEngine: @unchecked Sendable {
         complete(operation, error: 0)
         continue
       }
-      guard let queued = available, queued >= 0 else {
+      // Outside the source's handler, or once the bytes it reported are read (a read would say
+      // EAGAIN): wait for the source, which fires at once if more came.
+      guard let queued = available, queued >= 0, queued > 0 || !hasRead else {
         waitReadable()
         return
       }
@@ -290,6 +295,7 @@ final class StreamEngine: @unchecked Sendable {
         continue
       }
       let got = system_read(descriptor, memory, count)
+      hasRead = true
       if got <= 0 {
         let error = got < 0 ? system_errno : 0
         system_deallocate(memory)
