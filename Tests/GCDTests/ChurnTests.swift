@@ -673,8 +673,9 @@ private func churnEcho() -> Never {
 /// than the socket holds); the thread, on the other end, reads a little of it and closes with the
 /// rest unread. The write ends with EPIPE or ECONNRESET; the channel is dropped; its cleanup runs once.
 private func churnAbandonedReplies() -> Never {
-  let tally = ChurnTally(churnDuration)
+  // Made before the tally starts its clock: under a sanitizer the megabyte takes seconds.
   let reply = DispatchBuffer(patternBytes(1 << 20))
+  let tally = ChurnTally(churnDuration)
   onThreads(4) { thread in
     let queue = Queue(label: "churn.replies.\(thread)")
     var round = 0
