@@ -53,13 +53,13 @@ final class Service: Sendable {
         }
         return nil
       }
-      group.addTask {  // the service's work, until the group is cancelled
+      group.addTask {  // the service's work: one request at least, then until the group is cancelled
         var requests = 0
-        while !Task.isCancelled {
+        repeat {
           requests += 1
           work(requests)
           try? await Task.sleep(for: .milliseconds(5))
-        }
+        } while !Task.isCancelled
         return requests
       }
       _ = try await group.next()  // the signal task ends first: shut the work down

@@ -129,8 +129,9 @@ private func dropReadSequences(rounds: Int) {
     source.setCancelHandler { cancels.increment() }
     _ = source.makeEvents()
   }
-  requireInChild(pollUntil { cancels.current == rounds }, "\(cancels.current) of \(rounds) sources cancelled")
-  requireInChild(
+  // childCheck, not requireInChild: the parent shows what the child found (a failed status hides it).
+  childCheck(pollUntil { cancels.current == rounds }, "\(cancels.current) of \(rounds) sources cancelled")
+  childCheck(
     pollUntil { sameDescriptors(baseline, openDescriptorTargets()) },
     "descriptors left behind: \(openDescriptorTargets().filter { baseline[$0.key] == nil })")
   close(ends[0])
