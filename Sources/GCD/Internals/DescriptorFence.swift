@@ -22,11 +22,15 @@ import Synchronization
 /// open, `EPERM` for a file epoll cannot watch (a regular file, a directory), which the caller
 /// gives to libdispatch directly (it never hangs up) or refuses (a directory).
 ///
-/// Interleavings: the table is one `Mutex`. Every merge, arm, re-arm and removal happens under it,
-/// so a watch's C source is merged only while the watch is in the table, and the table holds a
-/// reference to it (retained in `register`, released in `unregister`, outside the lock). Each
-/// registration of a descriptor number carries a generation in its key (`generation << 32 |
-/// descriptor`), bumped on every `EPOLL_CTL_ADD`: a record read by the reader after its
+/// Interleavings: the table is cut into stripes by descriptor number, each one `Mutex`; everything
+/// the fence does concerns one descriptor, and its entry, its watches' list and armed counts, its
+/// generation and its kernel registration change only under its stripe's lock. Every merge, arm,
+/// re-arm and removal happens under it, so a watch's C source is merged only while the watch is in
+/// the table, and the table holds a reference to it (retained in `register`, released in
+/// `unregister`, outside the lock). The reader takes the lock per record, not per batch, so a
+/// batch never holds up the re-arms of other descriptors. Each registration of a descriptor number
+/// carries a generation in its key (`generation << 32 | descriptor`; the generation counts per
+/// stripe), bumped on every `EPOLL_CTL_ADD`: a record read by the reader after its
 /// registration was removed, or after the number was closed and reused, finds another generation,
 /// or no entry, and is dropped — the reader never follows a pointer the kernel hands back.
 /// `unregister` runs in the source's cancel path before the user's cancel handler (which may close
@@ -105,20 +109,21 @@ final class DescriptorFence: Sendable {
     }
   }
 
-  /// The entries by descriptor number: an array the numbers index (they are small and dense, and
-  /// a lookup costs no hashing), grown to the largest number watched and never shrunk; generation
-  /// 0 marks a free slot.
+  /// One stripe's entries by descriptor number: an array the numbers index (they are small and
+  /// dense, and a lookup costs no hashing; a stripe holds every `stripeCount`th number, so the
+  /// index is the number's quotient), grown to the largest number watched and never shrunk;
+  /// generation 0 marks a free slot.
   struct Entries {
     private var slots: [Entry] = []
 
     subscript(descriptor: Int32) -> Entry? {
       get {
-        let index = Int(descriptor)
+        let index = Int(descriptor) >> DescriptorFence.stripeShift
         guard index < slots.count, slots[index].generation != 0 else { return nil }
         return slots[index]
       }
       set {
-        let index = Int(descriptor)
+        let index = Int(descriptor) >> DescriptorFence.stripeShift
         if let newValue {
           if index >= slots.count {
             slots.reserveCapacity(max(index + 1, 2 * slots.count))
@@ -139,7 +144,8 @@ final class DescriptorFence: Sendable {
 
   struct Table {
     var entries = Entries()
-    /// The last registration's generation (never 0, which marks a free slot).
+    /// The stripe's last registration's generation (never 0, which marks a free slot). Per stripe:
+    /// a key names its descriptor too, and a descriptor has one stripe.
     var generation: UInt32 = 0
 
     mutating func nextGeneration() -> UInt32 {
@@ -151,7 +157,25 @@ final class DescriptorFence: Sendable {
 
   /// The epoll instance: what libdispatch watches.
   let instance: Int32
-  let table = Mutex(Table())
+  /// The table, cut into stripes by descriptor number (`descriptor & (stripeCount - 1)`), each
+  /// under its own lock: every operation concerns one descriptor, so operations on different
+  /// descriptors rarely wait for each other (with one lock, a thousand channels' re-arms and the
+  /// reader's batches queued on it: `io_channels` at 1,000).
+  private let stripes: [Stripe]
+
+  /// A stripe: a table and its lock, in a box of its own (a `Mutex` cannot be an array's element).
+  final class Stripe: Sendable {
+    let table = Mutex(Table())
+  }
+
+  static let stripeShift = 6
+  static let stripeCount = 1 << stripeShift
+
+  /// The stripe that holds `descriptor`'s entry.
+  @inline(__always)
+  func stripe(_ descriptor: Int32) -> Stripe {
+    stripes[Int(descriptor) & (DescriptorFence.stripeCount - 1)]
+  }
   /// The reader's records: used only by the reader's handler, on `queue` (serial).
   private let records = EpollRecords(capacity: 64)
   /// The serial queue the reader runs on.
@@ -164,6 +188,7 @@ final class DescriptorFence: Sendable {
 
   private init(instance: Int32) {
     self.instance = instance
+    stripes = (0..<DescriptorFence.stripeCount).map { _ in Stripe() }
     guard let reader = Libdispatch.source_create(.read, UInt(instance), 0, queue.raw) else {
       fatalError("GCD: libdispatch refused a read source on the descriptor fence's epoll instance \(instance)")
     }
@@ -188,7 +213,8 @@ final class DescriptorFence: Sendable {
     let descriptor = watch.descriptor
     let target = watch.raw
     Libdispatch.retain(target)
-    let outcome: Result<(registered: Bool, stale: [DescriptorWatch]), GCDError> = table.withLock { table in
+    let outcome: Result<(registered: Bool, stale: [DescriptorWatch]), GCDError> = stripe(descriptor).table.withLock {
+      table in
       var stale: [DescriptorWatch] = []
       if table.entries[descriptor] != nil {
         table.entries[descriptor]!.insert(watch)
@@ -247,16 +273,16 @@ final class DescriptorFence: Sendable {
     while true {
       let count = records.wait(instance)
       guard count > 0 else { return }
-      table.withLock { table in
-        for index in 0..<count {
-          let key = records.key(index)
-          let descriptor = Int32(bitPattern: UInt32(truncatingIfNeeded: key))
+      for index in 0..<count {
+        let key = records.key(index)
+        let descriptor = Int32(bitPattern: UInt32(truncatingIfNeeded: key))
+        let events = records.events(index)
+        stripe(descriptor).table.withLock { table in
           guard let generation = table.entries[descriptor]?.generation,
             generation == UInt32(truncatingIfNeeded: key >> 32)
           else {
-            continue  // removed, or replaced: a record of an earlier registration
+            return  // removed, or replaced: a record of an earlier registration
           }
-          let events = records.events(index)
           let failed = events & system_epollError != 0
           let readable = failed || events & (system_epollIn | system_epollReadHangUp) != 0
           let writable = failed || events & system_epollOut != 0
@@ -285,7 +311,7 @@ final class DescriptorFence: Sendable {
   /// Arms `watch` again after its handler ran: the kernel is asked again, and reports at once what
   /// is still ready. Nothing for a watch no longer in the table, or armed already.
   func rearm(_ watch: DescriptorWatch) {
-    table.withLock { table in
+    stripe(watch.descriptor).table.withLock { table in
       guard watch.inTable, !watch.armed else { return }
       let descriptor = watch.descriptor
       table.entries[descriptor]!.arm(watch)
@@ -308,7 +334,7 @@ final class DescriptorFence: Sendable {
   /// its last watch. Called once, in the source's cancel path before the user's cancel handler
   /// (the descriptor still open), or on a creation that fails.
   func unregister(_ watch: DescriptorWatch) {
-    let removed = table.withLock { table -> Bool in
+    let removed = stripe(watch.descriptor).table.withLock { table -> Bool in
       guard watch.inTable else { return false }
       let descriptor = watch.descriptor
       table.entries[descriptor]!.remove(watch)
