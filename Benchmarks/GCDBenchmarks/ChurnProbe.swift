@@ -1,3 +1,4 @@
+import Dispatch
 import GCD
 import Synchronization
 
@@ -19,6 +20,8 @@ import Synchronization
 //                                            ReadSource and a WriteSource per connection, for `wrk`
 //                                            (answers "ok"; honours Connection: close); prints the
 //                                            connections and requests served when it stops
+//   GCDBenchmarks --http-server-dispatch PORT SECONDS  the same server on `import Dispatch`'s
+//                                            DispatchSourceRead and DispatchSourceWrite
 
 /// Runs the probe the arguments name, and exits; returns when they name none.
 func runChurnProbeIfAsked() {
@@ -35,12 +38,12 @@ func runChurnProbeIfAsked() {
     }
     sourceCycle(write: arguments[1] == "write", count: arguments.count > 2 ? Int(arguments[2]) ?? 2_000 : 2_000)
     exit(0)
-  case "--http-server":
+  case "--http-server", "--http-server-dispatch":
     guard arguments.count > 2, let port = UInt16(arguments[1]), let seconds = Int(arguments[2]) else {
-      note("usage: GCDBenchmarks --http-server PORT SECONDS")
+      note("usage: GCDBenchmarks --http-server[-dispatch] PORT SECONDS")
       exit(2)
     }
-    httpServer(port: port, seconds: seconds)
+    httpServer(port: port, seconds: seconds, backend: first == "--http-server" ? .gcd : .dispatch)
     exit(0)
   default: return
   }
@@ -102,11 +105,75 @@ private func sourceCycle(write: Bool, count: Int) {
   )
 }
 
+/// What the HTTP probe needs of a source, so that one server runs on the package's sources and on
+/// `import Dispatch`'s (`ProbeBackend`), and `strace` counts the same program's calls on each.
+protocol ProbeSource: AnyObject, Sendable {
+  func resume()
+  func suspend()
+  func cancel()
+  func onEvent(_ handler: @escaping @Sendable () -> Void)
+  func onCancel(_ handler: @escaping @Sendable () -> Void)
+}
+
+extension ReadSource: ProbeSource {
+  func onEvent(_ handler: @escaping @Sendable () -> Void) { setEventHandler(handler) }
+  func onCancel(_ handler: @escaping @Sendable () -> Void) { setCancelHandler(handler) }
+}
+
+extension WriteSource: ProbeSource {
+  func onEvent(_ handler: @escaping @Sendable () -> Void) { setEventHandler(handler) }
+  func onCancel(_ handler: @escaping @Sendable () -> Void) { setCancelHandler(handler) }
+}
+
+/// A `DispatchSourceRead` or `DispatchSourceWrite` as a `ProbeSource`.
+final class DispatchProbeSource: ProbeSource, @unchecked Sendable {
+  let source: any DispatchSourceProtocol
+  init(_ source: any DispatchSourceProtocol) { self.source = source }
+  func resume() { source.resume() }
+  func suspend() { source.suspend() }
+  func cancel() { source.cancel() }
+  func onEvent(_ handler: @escaping @Sendable () -> Void) { source.setEventHandler(handler: handler) }
+  func onCancel(_ handler: @escaping @Sendable () -> Void) { source.setCancelHandler(handler: handler) }
+}
+
+/// How the HTTP probe makes its sources: on the package's `ReadSource` and `WriteSource` and
+/// `Queue`s, or on `import Dispatch`'s, each with 4 serial queues for the connections and one for
+/// the listener.
+struct ProbeBackend: Sendable {
+  let name: String
+  /// A read (false) or write (true) source on the descriptor, on connection queue `queue` (or the
+  /// accepting queue for -1).
+  let make: @Sendable (_ write: Bool, _ descriptor: Int32, _ queue: Int) throws -> any ProbeSource
+
+  static var gcd: ProbeBackend {
+    let queues = (0..<4).map { Queue(label: "probe.http.\($0)") }
+    let accepting = Queue(label: "probe.http.accept")
+    return ProbeBackend(name: "GCD") { write, descriptor, index in
+      let queue = index < 0 ? accepting : queues[index]
+      return write
+        ? try WriteSource(fileDescriptor: descriptor, queue: queue)
+        : try ReadSource(fileDescriptor: descriptor, queue: queue)
+    }
+  }
+
+  static var dispatch: ProbeBackend {
+    let queues = (0..<4).map { DispatchQueue(label: "probe.http.\($0)") }
+    let accepting = DispatchQueue(label: "probe.http.accept")
+    return ProbeBackend(name: "Dispatch") { write, descriptor, index in
+      let queue = index < 0 ? accepting : queues[index]
+      return DispatchProbeSource(
+        write
+          ? DispatchSource.makeWriteSource(fileDescriptor: descriptor, queue: queue)
+          : DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue))
+    }
+  }
+}
+
 /// One connection: its descriptor, its sources and what is left to send; touched only on its queue.
 private final class Connection: @unchecked Sendable {
   let descriptor: Int32
-  let reader: ReadSource
-  let writer: WriteSource
+  let reader: any ProbeSource
+  let writer: any ProbeSource
   var input: [UInt8] = []
   var output: [UInt8] = []
   var writing = false
@@ -114,10 +181,10 @@ private final class Connection: @unchecked Sendable {
   var closing = false
   let cancelled = Atomic<Int>(0)
 
-  init(descriptor: Int32, queue: Queue) throws {
+  init(descriptor: Int32, queue: Int, backend: ProbeBackend) throws {
     self.descriptor = descriptor
-    reader = try ReadSource(fileDescriptor: descriptor, queue: queue)
-    writer = try WriteSource(fileDescriptor: descriptor, queue: queue)
+    reader = try backend.make(false, descriptor, queue)
+    writer = try backend.make(true, descriptor, queue)
   }
 }
 
@@ -127,7 +194,7 @@ private let closingResponse = Array(
 private let served = Atomic<Int>(0)
 private let requests = Atomic<Int>(0)
 
-private func httpServer(port: UInt16, seconds: Int) {
+private func httpServer(port: UInt16, seconds: Int, backend: ProbeBackend) {
   signal(SIGPIPE, SIG_IGN)
   let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
   var yes: Int32 = 1
@@ -143,32 +210,30 @@ private func httpServer(port: UInt16, seconds: Int) {
   }
   precondition(bound == 0 && listen(listener, 1024) == 0, "bind/listen: errno \(errno)")
   _ = fcntl(listener, F_SETFL, O_NONBLOCK)
-  let queues = (0..<4).map { Queue(label: "probe.http.\($0)") }
-  let acceptQueue = Queue(label: "probe.http.accept")
-  let acceptor = try! ReadSource(fileDescriptor: listener, queue: acceptQueue)
+  let acceptor = try! backend.make(false, listener, -1)
   let next = Atomic<Int>(0)
-  acceptor.setEventHandler {
+  acceptor.onEvent {
     while true {
       let descriptor = accept(listener, nil, nil)
       if descriptor < 0 { break }
       _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
       _ = fcntl(descriptor, F_SETFL, O_NONBLOCK)
-      serve(descriptor, queue: queues[next.add(1, ordering: .relaxed).newValue % queues.count])
+      serve(descriptor, queue: next.add(1, ordering: .relaxed).newValue % 4, backend: backend)
     }
   }
-  acceptor.setCancelHandler { close(listener) }
+  acceptor.onCancel { close(listener) }
   acceptor.resume()
-  print("http-server: listening on 127.0.0.1:\(port) for \(seconds) s")
+  print("http-server (\(backend.name)): listening on 127.0.0.1:\(port) for \(seconds) s")
   sleep(UInt32(seconds))
   acceptor.cancel()
   print(
     "http-server: served \(served.load(ordering: .relaxed)) connections, \(requests.load(ordering: .relaxed)) requests")
 }
 
-private func serve(_ descriptor: Int32, queue: Queue) {
+private func serve(_ descriptor: Int32, queue: Int, backend: ProbeBackend) {
   let connection: Connection
   do {
-    connection = try Connection(descriptor: descriptor, queue: queue)
+    connection = try Connection(descriptor: descriptor, queue: queue, backend: backend)
   } catch {
     note("http-server: \(error)")
     close(descriptor)
@@ -180,10 +245,10 @@ private func serve(_ descriptor: Int32, queue: Queue) {
       served.add(1, ordering: .relaxed)
     }
   }
-  connection.reader.setCancelHandler(finish)
-  connection.writer.setCancelHandler(finish)
-  connection.reader.setEventHandler { readAvailable(connection) }
-  connection.writer.setEventHandler { flush(connection) }
+  connection.reader.onCancel(finish)
+  connection.writer.onCancel(finish)
+  connection.reader.onEvent { readAvailable(connection) }
+  connection.writer.onEvent { flush(connection) }
   connection.reader.resume()
 }
 
