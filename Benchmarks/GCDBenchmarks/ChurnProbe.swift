@@ -125,13 +125,35 @@ extension WriteSource: ProbeSource {
   func onCancel(_ handler: @escaping @Sendable () -> Void) { setCancelHandler(handler) }
 }
 
-/// A `DispatchSourceRead` or `DispatchSourceWrite` as a `ProbeSource`.
+/// A `DispatchSourceRead` or `DispatchSourceWrite` as a `ProbeSource`, with what a user of
+/// `import Dispatch` must add for the probe's `stop`: a cancelled source that was never resumed, or
+/// is suspended, runs no cancel handler until it is resumed, so `cancel()` resumes it as often as
+/// needed (the package's `cancel()` does that itself). The counts are touched only on the
+/// connection's queue (the listener's source is resumed once, before any event).
 final class DispatchProbeSource: ProbeSource, @unchecked Sendable {
   let source: any DispatchSourceProtocol
+  private var started = false
+  private var suspensions = 0
   init(_ source: any DispatchSourceProtocol) { self.source = source }
-  func resume() { source.resume() }
-  func suspend() { source.suspend() }
-  func cancel() { source.cancel() }
+  func resume() {
+    if started { suspensions -= 1 } else { started = true }
+    source.resume()
+  }
+  func suspend() {
+    suspensions += 1
+    source.suspend()
+  }
+  func cancel() {
+    source.cancel()
+    if !started {
+      started = true
+      source.resume()
+    }
+    while suspensions > 0 {
+      suspensions -= 1
+      source.resume()
+    }
+  }
   func onEvent(_ handler: @escaping @Sendable () -> Void) { source.setEventHandler(handler: handler) }
   func onCancel(_ handler: @escaping @Sendable () -> Void) { source.setCancelHandler(handler: handler) }
 }

@@ -25,7 +25,8 @@ let handled = try await SignalSource.withSignals([SIGTERM, SIGINT], queue: queue
     while !Task.isCancelled {
       requests += 1  // serve a request
       if requests == 3 { kill(getpid(), SIGTERM) }  // the orchestrator asks us to stop
-      try? await Task.sleep(for: .milliseconds(10))
+      // Until the next request; after the third, until the shutdown (the cancellation ends the sleep).
+      try? await Task.sleep(for: requests < 3 ? .milliseconds(10) : .seconds(60))
     }
     return requests
   }

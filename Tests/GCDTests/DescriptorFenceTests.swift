@@ -24,6 +24,17 @@ extension NestedEpollTests {
     #expect(text.contains("exit-test child: ok"), "\(text)")
   }
 
+  @Test(
+    "a write source that is not started adds nothing to its socket's registration (no call, no write interest); started, it fires"
+  )
+  func unstartedWriteSource() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkUnstartedWriteSource()
+    }
+    let text = standardError(of: result)
+    #expect(text.contains("exit-test child: ok"), "\(text)")
+  }
+
   @Test("a connection's read and write sources share one registration: each fires for its own direction, alone")
   func readAndWriteOnOneSocket() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
@@ -70,6 +81,64 @@ private func checkReusedNumber() -> Never {
   close(again)
   close(otherWrite)
   endChild("ok: the reused number's source fired; the stale one went without touching it")
+}
+
+/// A connected socket with a started read source and a write source that is not started (a
+/// server's connection whose replies have not blocked): the registration asks for reading only,
+/// and the write source's handler does not run; once started, the write source fires when the
+/// socket has room.
+private func checkUnstartedWriteSource() -> Never {
+  let (mine, peer) = makeSocketPair()
+  // Full, so that no write interest can fire (and leave the registration) before it is looked at.
+  _ = fcntl(mine, F_SETFL, fcntl(mine, F_GETFL) | O_NONBLOCK)
+  _ = fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) | O_NONBLOCK)
+  let chunk = [UInt8](repeating: 7, count: 4096)
+  while (chunk.withUnsafeBytes { send(mine, $0.baseAddress, $0.count, 0) }) > 0 {}
+  let queue = Queue(label: "fence.unstarted")
+  let reader: ReadSource
+  let writer: WriteSource
+  do {
+    reader = try ReadSource(fileDescriptor: mine, queue: queue)
+    writer = try WriteSource(fileDescriptor: mine, queue: queue)
+  } catch {
+    endChild("failed: \(error)")
+  }
+  let writes = Atomic<Int>(0)
+  let writable = Event()
+  reader.setEventHandler {}
+  writer.setEventHandler { [unowned writer] in
+    writes.add(1, ordering: .relaxed)
+    writer.suspend()
+    writable.signal()
+  }
+  reader.resume()
+  let fences = allOpenDescriptorTargets().keys.filter { (epollTargets(of: $0) ?? []).contains(mine) }
+  childCheck(fences.count == 1, "\(fences.count) epoll instances watch the socket, not 1 (the fence)")
+  let fence = fences.first!
+  let inbound: UInt32 = 0x001  // EPOLLIN
+  let outbound: UInt32 = 0x004  // EPOLLOUT
+  let before = epollInterests(of: fence)?[mine] ?? 0
+  childCheck(
+    before & inbound != 0 && before & outbound == 0,
+    "the socket's registration asks for \(String(before, radix: 16)), not reading alone")
+  queue.sync {}
+  childCheck(writes.load(ordering: .relaxed) == 0, "the write source's handler ran before it was started")
+  writer.resume()
+  var sink = [UInt8](repeating: 0, count: 65536)
+  while recv(peer, &sink, sink.count, 0) > 0 {}
+  childCheck(writable.wait(), "the started write source never fired once its socket had room")
+  let cancelled = Latch(count: 2)
+  for source in [reader, writer] as [Source] {
+    source.setCancelHandler { cancelled.signal() }
+    source.cancel()
+  }
+  childCheck(cancelled.wait(), "a cancel handler did not run")
+  childCheck(
+    pollUntil { !(epollTargets(of: fence) ?? []).contains(mine) },
+    "the fence still watches the socket after both cancels")
+  close(mine)
+  close(peer)
+  endChild("ok: the unstarted write source added nothing; started, it fired")
 }
 
 /// A connected socket, idle: its write source fires (buffer space), its read source does not until

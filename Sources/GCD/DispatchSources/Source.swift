@@ -125,7 +125,7 @@ public class Source: GCDObject, @unchecked Sendable {
   ) {
     lifecycle = Atomic(.inactive)
     createdQueue = queue
-    hasStartHook = onActivate != nil
+    hasStartHook = onActivate != nil || watch != nil
     if let watch {
       stateWord = Atomic(Unmanaged.passRetained(watch))
       super.init(raw: created)

@@ -79,13 +79,13 @@ final class DescriptorFence: Sendable {
       (armedReaders > 0 ? system_epollIn | system_epollReadHangUp : 0) | (armedWriters > 0 ? system_epollOut : 0)
     }
 
-    /// Links `watch` in, armed.
-    mutating func insert(_ watch: DescriptorWatch) {
+    /// Links `watch` in, armed or not.
+    mutating func insert(_ watch: DescriptorWatch, armed: Bool = true) {
       watch.next = first
       first?.previous = watch
       first = watch
       watch.inTable = true
-      arm(watch)
+      if armed { arm(watch) }
     }
 
     /// Unlinks `watch`.
@@ -205,7 +205,9 @@ final class DescriptorFence: Sendable {
   /// Starts watching: `watch` (the state of a source whose C object is a DATA_OR source) gets 1
   /// merged into its C source when its descriptor is readable (or writable, for a write source),
   /// has hung up or has an error; false when epoll cannot watch the descriptor (`EPERM`: a regular
-  /// file, a directory).
+  /// file, a directory). The descriptor's first watch is registered armed (`EPOLL_CTL_ADD`, which
+  /// answers for the descriptor); a watch of a descriptor registered already joins its entry with
+  /// no call, disarmed until its source starts (`start`, whose modification then answers).
   ///
   /// - Throws: `GCDError` naming `operation` and `epoll_ctl`: `EBADF` (not an open descriptor),
   ///   `ENOSPC` (the per-user watch limit), `ENOMEM`.
@@ -215,27 +217,12 @@ final class DescriptorFence: Sendable {
     Libdispatch.retain(target)
     let outcome: Result<(registered: Bool, stale: [DescriptorWatch]), GCDError> = stripe(descriptor).table.withLock {
       table in
-      var stale: [DescriptorWatch] = []
       if table.entries[descriptor] != nil {
-        table.entries[descriptor]!.insert(watch)
-        let entry = table.entries[descriptor]!
-        let key = DescriptorFence.key(descriptor, entry.generation)
-        if system_epoll_control(instance, modify: true, descriptor, events: entry.mask | system_epollOneShot, key: key)
-          == 0
-        {
-          table.entries[descriptor]!.kernelMask = entry.mask
-          return .success((true, []))
-        }
-        let error = system_errno
-        table.entries[descriptor]!.remove(watch)
-        guard error == Errno.noSuchFileOrDirectory else { return .failure(registrationError(operation(), error)) }
-        // The number was closed and now names another file (the old registration left with the
-        // old file): the entry's watches will never fire; the new registration replaces them.
-        var old = table.entries.removeValue(forKey: descriptor)!
-        while let first = old.first {
-          old.remove(first)
-          stale.append(first)
-        }
+        // The descriptor is registered (its first source answered for it): a later source joins
+        // its entry disarmed, with no call, and arms when it starts (`start`). A connection's
+        // write source that never starts costs the kernel nothing.
+        table.entries[descriptor]!.insert(watch, armed: false)
+        return .success((true, []))
       }
       var entry = Entry(generation: table.nextGeneration())
       entry.insert(watch)
@@ -248,12 +235,12 @@ final class DescriptorFence: Sendable {
         // EPERM: a file epoll cannot watch. EINVAL: the kernel's limit of paths to one open file
         // through nested epoll instances (about 500 descriptors of one file in the fence, which
         // libdispatch's epoll watches in turn). Either way libdispatch watches the descriptor.
-        if error == Errno.notPermitted || error == Errno.invalidArgument { return .success((false, stale)) }
+        if error == Errno.notPermitted || error == Errno.invalidArgument { return .success((false, [])) }
         return .failure(registrationError(operation(), error))
       }
       entry.kernelMask = entry.mask
       table.entries[descriptor] = entry
-      return .success((true, stale))
+      return .success((true, []))
     }
     switch outcome {
     case .success(let (registered, stale)):
@@ -308,6 +295,54 @@ final class DescriptorFence: Sendable {
     }
   }
 
+  /// Arms `watch` when its source first starts (a watch that joined a registered descriptor is
+  /// disarmed until then). The modification, made even when the kernel reports the direction
+  /// already, is the first call for that watch, so it answers for the descriptor too: `ENOENT` says the number was closed and now names another file (the old
+  /// registration left with the old file; its watches, whose sources are still live, will never
+  /// fire): the entry is replaced by a new registration of this watch alone, and the old watches
+  /// stay silent, as the kernel leaves them. Any other failure leaves the watch silent, as a
+  /// descriptor closed under a live source is (`rearm`).
+  func start(_ watch: DescriptorWatch) {
+    let descriptor = watch.descriptor
+    let stale: [DescriptorWatch] = stripe(descriptor).table.withLock { table in
+      guard watch.inTable, !watch.armed else { return [] }
+      table.entries[descriptor]!.arm(watch)
+      let entry = table.entries[descriptor]!
+      // A call even when the kernel reports the direction already (another watch of it is armed):
+      // it is this watch's first, and the entry may be stale.
+      if system_epoll_control(
+        instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
+        key: DescriptorFence.key(descriptor, entry.generation)) == 0
+      {
+        table.entries[descriptor]!.kernelMask = entry.mask
+        return []
+      }
+      guard system_errno == Errno.noSuchFileOrDirectory else { return [] }
+      var old = table.entries.removeValue(forKey: descriptor)!
+      var stale: [DescriptorWatch] = []
+      while let first = old.first {
+        old.remove(first)
+        if first !== watch { stale.append(first) }
+      }
+      var replaced = Entry(generation: table.nextGeneration())
+      replaced.insert(watch)
+      if system_epoll_control(
+        instance, modify: false, descriptor, events: replaced.mask | system_epollOneShot,
+        key: DescriptorFence.key(descriptor, replaced.generation)) == 0
+      {
+        replaced.kernelMask = replaced.mask
+        table.entries[descriptor] = replaced
+      } else {
+        // Closed, or refused: silent, out of the table (its reference goes with the stale ones').
+        replaced.remove(watch)
+        stale.append(watch)
+      }
+      return stale
+    }
+    // The table's references to the watches that left it (`register` took them).
+    for old in stale { Libdispatch.release(old.raw) }
+  }
+
   /// Arms `watch` again after its handler ran: the kernel is asked again, and reports at once what
   /// is still ready. Nothing for a watch no longer in the table, or armed already.
   func rearm(_ watch: DescriptorWatch) {
@@ -342,15 +377,12 @@ final class DescriptorFence: Sendable {
       if entry.first == nil {
         table.entries[descriptor] = nil
         system_epoll_remove(instance, descriptor)
-      } else if entry.mask != entry.kernelMask {
-        // The remaining watches want less than the kernel reports (or it fired): tell it.
-        if system_epoll_control(
-          instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
-          key: DescriptorFence.key(descriptor, entry.generation)) == 0
-        {
-          table.entries[descriptor]!.kernelMask = entry.mask
-        }
       }
+      // Otherwise the remaining watches want what the kernel reports, or less: no call. A record
+      // for the direction that left (one at most: one-shot) finds no armed watch to merge into
+      // and re-arms for those that are (`drain`); a connection's two sources, cancelled together,
+      // cost one `EPOLL_CTL_DEL` and nothing for the first.
+
       return true
     }
     if removed { Libdispatch.release(watch.raw) }
@@ -434,5 +466,11 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   override func eventData() -> UInt { estimate }
 
-  override func eventDone() { fence.rearm(self) }
+  /// Not once the source is cancelled: its removal follows, with no re-arm before it.
+  override func eventDone() {
+    if !Libdispatch.source_testcancel(raw) { fence.rearm(self) }
+  }
+
+  /// The first start arms a watch that joined its descriptor's registration disarmed.
+  override func startHook() { fence.start(self) }
 }

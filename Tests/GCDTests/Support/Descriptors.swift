@@ -56,6 +56,25 @@ func epollTargets(of descriptor: Int32) -> [Int32]? {
   return targets
 }
 
+/// The interests (`events`) an epoll instance of this process holds, by target descriptor, from
+/// /proc/self/fdinfo; nil when `descriptor` is not open.
+func epollInterests(of descriptor: Int32) -> [Int32: UInt32]? {
+  guard let file = fopen("/proc/self/fdinfo/\(descriptor)", "re") else { return nil }
+  defer { fclose(file) }
+  var interests: [Int32: UInt32] = [:]
+  var line = [CChar](repeating: 0, count: 512)
+  while fgets(&line, Int32(line.count), file) != nil {
+    let text = line.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    guard text.hasPrefix("tfd:") else { continue }
+    let fields = text.split(separator: " ", omittingEmptySubsequences: true)
+    guard fields.count > 3, fields[2] == "events:", let target = Int32(fields[1]),
+      let events = UInt32(fields[3], radix: 16)
+    else { continue }
+    interests[target] = events
+  }
+  return interests
+}
+
 /// The epoll instances of this process that watch nothing (the package's idle nests).
 func idleEpollInstances() -> Set<Int32> {
   Set(allOpenDescriptorTargets().filter { isIdleEpollInstance($0, $1) }.keys)
