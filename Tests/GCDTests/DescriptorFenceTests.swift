@@ -31,8 +31,7 @@ extension NestedEpollTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       checkUnstartedWriteSource()
     }
-    let text = standardError(of: result)
-    #expect(text.contains("exit-test child: ok"), "\(text)")
+    expectChildSaidOK(result)
   }
 
   @Test("a connection's read and write sources share one registration: each fires for its own direction, alone")
