@@ -50,6 +50,13 @@ final class DescriptorFence: Sendable {
       if let made { return made }
       let instance = try checkedCall(operation() + ": epoll_create1", detail: explainCreate) { system_epoll_create() }
       let fence = DescriptorFence(instance: instance)
+      let error = system_startThread(named: "GCD.descriptors") { fence.read() }
+      if error != 0 {
+        system_close(instance)
+        throw GCDError(
+          operation: operation() + ": pthread_create", errno: error,
+          detail: "no thread for the descriptor sources' reader (one for the process)")
+      }
       made = fence
       return fence
     }
@@ -176,25 +183,12 @@ final class DescriptorFence: Sendable {
   func stripe(_ descriptor: Int32) -> Stripe {
     stripes[Int(descriptor) & (DescriptorFence.stripeCount - 1)]
   }
-  /// The reader's records: used only by the reader's handler, on `queue` (serial).
+  /// The reader's records: used only by the reader's thread.
   private let records = EpollRecords(capacity: 64)
-  /// The serial queue the reader runs on.
-  private let queue = Queue(label: "GCD.descriptors")
-  /// libdispatch's read source on `instance`, never cancelled: the instance and its reader live as
-  /// long as the process. Held here, not only by libdispatch: its registration refers to the source
-  /// through a disguised pointer, so a leak checker (LeakSanitizer) that does not find it in a
-  /// stored field calls the reader leaked. `nonisolated(unsafe)`: set in `init` and never read.
-  nonisolated(unsafe) private let reader: OpaquePointer
 
   private init(instance: Int32) {
     self.instance = instance
     stripes = (0..<DescriptorFence.stripeCount).map { _ in Stripe() }
-    guard let reader = Libdispatch.source_create(.read, UInt(instance), 0, queue.raw) else {
-      fatalError("GCD: libdispatch refused a read source on the descriptor fence's epoll instance \(instance)")
-    }
-    self.reader = reader
-    Libdispatch.source_set_event_handler(reader) { [self] in drain() }
-    Libdispatch.activate(reader)
   }
 
   /// The key of a registration: its generation and the descriptor.
@@ -253,13 +247,13 @@ final class DescriptorFence: Sendable {
     }
   }
 
-  /// The reader's handler (on `queue`): every ready record, until none is; each merges into the
-  /// armed watches it concerns, which are disarmed, and re-arms the registration for the others
-  /// (one-shot disables all of it).
-  private func drain() {
+  /// The reader, on a thread of its own for the life of the process: it waits in `epoll_wait` on
+  /// the instance, and each ready record merges into the armed watches it concerns, which are
+  /// disarmed, and re-arms the registration for the others (one-shot disables all of it).
+  private func read() -> Never {
     while true {
-      let count = records.wait(instance)
-      guard count > 0 else { return }
+      let count = records.wait(instance, timeout: -1)
+      guard count > 0 else { continue }
       for index in 0..<count {
         let key = records.key(index)
         let descriptor = Int32(bitPattern: UInt32(truncatingIfNeeded: key))
@@ -291,7 +285,6 @@ final class DescriptorFence: Sendable {
           }
         }
       }
-      if count < records.capacity { return }
     }
   }
 

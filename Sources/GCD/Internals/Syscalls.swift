@@ -290,11 +290,11 @@ struct EpollRecords: @unchecked Sendable {
     self.capacity = capacity
   }
 
-  /// `epoll_wait(epoll, records, capacity, 0)`, again on `EINTR`: how many records are filled (0
-  /// when nothing is ready).
-  func wait(_ epoll: Int32) -> Int {
+  /// `epoll_wait(epoll, records, capacity, timeout)` (milliseconds, -1 for none), again on
+  /// `EINTR`: how many records are filled (0 when nothing is ready).
+  func wait(_ epoll: Int32, timeout: Int32 = 0) -> Int {
     while true {
-      let count = epoll_wait(epoll, records, Int32(capacity), 0)
+      let count = epoll_wait(epoll, records, Int32(capacity), timeout)
       if count < 0 && errno == EINTR { continue }
       return max(0, Int(count))
     }
@@ -304,6 +304,41 @@ struct EpollRecords: @unchecked Sendable {
   func key(_ index: Int) -> UInt64 { records[index].data.u64 }
   /// The events of record `index`.
   func events(_ index: Int) -> UInt32 { records[index].events }
+}
+
+/// Starts a detached thread named `name` that runs `body`, with every signal blocked (so that it
+/// never takes a signal another thread waits for, as libdispatch's own threads do not); 0, or
+/// `pthread_create`'s error (`EAGAIN`).
+func system_startThread(named name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
+  final class Start {
+    let name: String
+    let body: @Sendable () -> Void
+    init(name: String, body: @escaping @Sendable () -> Void) {
+      self.name = name
+      self.body = body
+    }
+  }
+  let start = Unmanaged.passRetained(Start(name: name, body: body)).toOpaque()
+  var all = sigset_t()
+  var previous = sigset_t()
+  sigfillset(&all)
+  pthread_sigmask(SIG_SETMASK, &all, &previous)
+  defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+  var attributes = pthread_attr_t()
+  pthread_attr_init(&attributes)
+  defer { pthread_attr_destroy(&attributes) }
+  pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+  var thread = pthread_t()
+  let error = pthread_create(
+    &thread, &attributes,
+    { context in
+      let start = Unmanaged<Start>.fromOpaque(context!).takeRetainedValue()
+      _ = cgcd_pthread_setname_np(pthread_self(), start.name)
+      start.body()
+      return nil
+    }, start)
+  if error != 0 { Unmanaged<Start>.fromOpaque(start).release() }
+  return error
 }
 
 /// The epoll flags the descriptor fence uses.
