@@ -50,7 +50,8 @@ public final class ReadSource: Source, @unchecked Sendable {
   ///   `EISDIR` for a directory, `ENOSPC` (naming `epoll_ctl`) when the
   ///   per-user epoll watch limit is reached, `EMFILE` (naming
   ///   `epoll_create1`) when the process's first descriptor source finds no
-  ///   descriptor left for the fence's one epoll instance.
+  ///   descriptor left for the fence's one epoll instance, `EAGAIN` (naming
+  ///   `pthread_create`) when it finds no thread left for the fence's reader.
   ///
   /// The corresponding C function is `dispatch_source_create`.
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {

@@ -7,12 +7,13 @@ import Synchronization
 /// while its manager thread may still use it (a use after free under connection churn). So a
 /// `ReadSource` or `WriteSource` never shows libdispatch its descriptor. The process has one epoll
 /// instance of the package's own, created on first use and never closed, which holds every
-/// watched descriptor once, with the union of its sources' interests, one-shot; libdispatch
-/// watches only that instance, with one read source on a serial queue of the package's own, and
-/// that instance never hangs up, errs or leaves libdispatch. Each source's C object is a DATA_OR
-/// source on the user's queue: the fence's reader takes the ready descriptors out of the instance
-/// (`epoll_wait` with no timeout) and merges 1 into the C source of each armed watch that the
-/// event concerns; the watch re-arms after its handler has run (`rearm`), and the modification
+/// watched descriptor once, with the union of its sources' interests, one-shot; libdispatch never
+/// sees that instance either: a thread of the package's own (`GCD.descriptors`, made with the
+/// instance, all signals blocked) waits in `epoll_wait` on it for the life of the process. Each
+/// source's C object is a DATA_OR source on the user's queue: the reader thread takes the ready
+/// descriptors out of the instance and merges 1 into the C source of each armed watch that the
+/// event concerns (an event costs one `epoll_wait` and one hop, as libdispatch's own: its manager
+/// thread's wait, then the merge into the source on its queue); the watch re-arms after its handler has run (`rearm`), and the modification
 /// asks the kernel again, so data the handler left behind, or that came meanwhile, fires at once:
 /// the level semantics of a libdispatch read or write source. A suspended source merges what comes
 /// and runs no handler, so it is not re-armed and the kernel stops reporting it.
@@ -44,7 +45,8 @@ final class DescriptorFence: Sendable {
   /// The process's fence.
   ///
   /// - Throws: `GCDError` naming `operation` and `epoll_create1` when the process has no descriptor
-  ///   left for it (then the next source tries again).
+  ///   left for it, or `pthread_create` (`EAGAIN`) when no thread can be made for its reader (then
+  ///   the next source tries again).
   static func shared(_ operation: @autoclosure () -> String) throws(GCDError) -> DescriptorFence {
     try made.withLock { made throws(GCDError) -> DescriptorFence in
       if let made { return made }
