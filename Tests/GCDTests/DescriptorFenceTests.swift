@@ -24,6 +24,14 @@ extension NestedEpollTests {
     #expect(text.contains("exit-test child: ok"), "\(text)")
   }
 
+  @Test("the fence's reader is one thread for the process, named GCD.descriptors, with every signal blocked")
+  func readerThread() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkReaderThread()
+    }
+    expectChildSaidOK(result)
+  }
+
   @Test(
     "a write source that is not started adds nothing to its socket's registration (no call, no write interest); started, it fires"
   )
@@ -80,6 +88,59 @@ private func checkReusedNumber() -> Never {
   close(again)
   close(otherWrite)
   endChild("ok: the reused number's source fired; the stale one went without touching it")
+}
+
+/// The threads named `GCD.descriptors` in this process, with their blocked-signal masks
+/// (`SigBlk` in /proc/self/task/<tid>/status, hexadecimal).
+private func readerThreads() -> [(tid: String, blocked: String)] {
+  guard let directory = opendir("/proc/self/task") else { return [] }
+  defer { closedir(directory) }
+  var found: [(String, String)] = []
+  while let entry = readdir(directory) {
+    let tid = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    guard tid.first?.isNumber == true else { continue }
+    let name = String(decoding: contentsOfFile("/proc/self/task/\(tid)/comm"), as: UTF8.self)
+    guard name.split(separator: "\n").first == "GCD.descriptors" else { continue }
+    let status = String(decoding: contentsOfFile("/proc/self/task/\(tid)/status"), as: UTF8.self)
+    let blocked = status.split(separator: "\n").first { $0.hasPrefix("SigBlk:") }.map {
+      String($0.dropFirst("SigBlk:".count).filter { !$0.isWhitespace })
+    }
+    found.append((tid, blocked ?? ""))
+  }
+  return found
+}
+
+/// Two descriptor sources, on a pipe and on a socket: the fence's reader thread exists once, with
+/// every signal blocked (it never takes a signal another thread waits for).
+private func checkReaderThread() -> Never {
+  let (readEnd, writeEnd) = makePipe()
+  let (mine, peer) = makeSocketPair()
+  let queue = Queue(label: "fence.thread")
+  let sources: [Source]
+  do {
+    sources = [
+      try ReadSource(fileDescriptor: readEnd, queue: queue), try ReadSource(fileDescriptor: mine, queue: queue),
+    ]
+  } catch {
+    endChild("failed: \(error)")
+  }
+  let threads = readerThreads()
+  childCheck(threads.count == 1, "\(threads.count) threads named GCD.descriptors, not 1")
+  // Bit n - 1 is signal n. SIGKILL (9) and SIGSTOP (19) cannot be blocked, and glibc keeps two
+  // real-time signals for itself (32, 33), which `sigfillset` leaves out.
+  let mask = UInt64(threads[0].blocked, radix: 16) ?? 0
+  let expected = ~UInt64(0) & ~([9, 19, 32, 33].reduce(UInt64(0)) { $0 | UInt64(1) << ($1 - 1) })
+  childCheck(
+    mask & expected == expected,
+    "the reader thread blocks \(threads[0].blocked), not every signal (SIGKILL, SIGSTOP aside)")
+  let cancelled = Latch(count: sources.count)
+  for source in sources {
+    source.setCancelHandler { cancelled.signal() }
+    source.cancel()
+  }
+  childCheck(cancelled.wait(), "a cancel handler did not run")
+  for descriptor in [readEnd, writeEnd, mine, peer] { close(descriptor) }
+  endChild("ok: one reader thread, every signal blocked")
 }
 
 /// A connected socket with a started read source and a write source that is not started (a
