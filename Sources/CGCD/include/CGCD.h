@@ -349,9 +349,9 @@ extern void cgcd_io_barrier_f(void *channel, void *_Nullable context, cgcd_funct
 /// `ioctl` is variadic, which Swift cannot call.
 int cgcd_queued_bytes(int descriptor, int output, int *bytes);
 
-/// `pthread_setname_np` (a GNU extension the Glibc module leaves out) for the calling thread's
-/// handle, `pthread_self()` as glibc's `pthread_t` (an unsigned long): names the descriptor fence's
-/// reader thread in debuggers and backtraces.
+/// `pthread_setname_np` (a GNU extension the Glibc module leaves out), a thread's handle as glibc's
+/// `pthread_t` (an unsigned long): names the descriptor fence's reader thread in debuggers and
+/// backtraces.
 extern int cgcd_pthread_setname_np(unsigned long thread, const char *name) __asm__("pthread_setname_np");
 
 #pragma clang assume_nonnull end

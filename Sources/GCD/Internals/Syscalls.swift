@@ -311,14 +311,10 @@ struct EpollRecords: @unchecked Sendable {
 /// `pthread_create`'s error (`EAGAIN`).
 func system_startThread(named name: String, _ body: @escaping @Sendable () -> Void) -> Int32 {
   final class Start {
-    let name: String
     let body: @Sendable () -> Void
-    init(name: String, body: @escaping @Sendable () -> Void) {
-      self.name = name
-      self.body = body
-    }
+    init(body: @escaping @Sendable () -> Void) { self.body = body }
   }
-  let start = Unmanaged.passRetained(Start(name: name, body: body)).toOpaque()
+  let start = Unmanaged.passRetained(Start(body: body)).toOpaque()
   var all = sigset_t()
   var previous = sigset_t()
   sigfillset(&all)
@@ -332,13 +328,16 @@ func system_startThread(named name: String, _ body: @escaping @Sendable () -> Vo
   let error = pthread_create(
     &thread, &attributes,
     { context in
-      let start = Unmanaged<Start>.fromOpaque(context!).takeRetainedValue()
-      _ = cgcd_pthread_setname_np(pthread_self(), start.name)
-      start.body()
+      Unmanaged<Start>.fromOpaque(context!).takeRetainedValue().body()
       return nil
     }, start)
-  if error != 0 { Unmanaged<Start>.fromOpaque(start).release() }
-  return error
+  if error != 0 {
+    Unmanaged<Start>.fromOpaque(start).release()
+    return error
+  }
+  // Named here, not by the thread itself: the name is there once the caller returns.
+  _ = cgcd_pthread_setname_np(thread, name)
+  return 0
 }
 
 /// The epoll flags the descriptor fence uses.
