@@ -214,9 +214,13 @@ final class DescriptorFence: Sendable {
     let outcome: Result<(registered: Bool, stale: [DescriptorWatch]), GCDError> = stripe(descriptor).table.withLock {
       table in
       if table.entries[descriptor] != nil {
-        // The descriptor is registered (its first source answered for it): a later source joins
-        // its entry disarmed, with no call, and arms when it starts (`start`). A connection's
-        // write source that never starts costs the kernel nothing.
+        // The descriptor is registered: a later source joins its entry disarmed and arms when it
+        // starts (`start`, whose modification also finds a stale entry: the number closed and
+        // reused). A connection's write source that never starts costs the kernel nothing. The
+        // number may have been closed under the entry's sources, though (against the rule, or by
+        // another part of the program): `F_GETFD` answers `EBADF` for it, as `init` must, and
+        // costs no more than asking; it changes nothing in the registration.
+        guard system_isOpen(descriptor) else { return .failure(registrationError(operation(), system_errno)) }
         table.entries[descriptor]!.insert(watch, armed: false)
         return .success((true, []))
       }

@@ -96,6 +96,9 @@ struct FileStatus {
   var inode: UInt64
 }
 
+/// Whether `descriptor` is open (`fcntl(F_GETFD)`; errno set when it is not: `EBADF`).
+func system_isOpen(_ descriptor: Int32) -> Bool { fcntl(descriptor, F_GETFD) != -1 }
+
 /// `fstat(2)`; nil (errno set) when it fails.
 func system_fstat(_ descriptor: Int32) -> FileStatus? {
   var status = stat()
