@@ -100,9 +100,9 @@ private func checkReusedNumber() -> Never {
 
 /// A source keeps its descriptor's entry in the fence after the descriptor is closed under it
 /// (against the rule): a new source on the closed number must still throw `EBADF` from `init`, as
-/// on any closed descriptor (`ReadSourceTests.closedDescriptorThrows` met that entry, left by
-/// another test, in 3 of 40 runs of the I/O suites, when a second source joined an entry with no
-/// call at all).
+/// on any closed descriptor (found while chasing `ReadSourceTests.closedDescriptorThrows`, which
+/// failed in 3 of 40 runs of the I/O suites under the scribbling allocator; that one was a number
+/// reused by a parallel test).
 private func checkClosedUnderLiveSource() -> Never {
   let (readEnd, writeEnd) = makePipe()
   let queue = Queue(label: "fence.closed.under")

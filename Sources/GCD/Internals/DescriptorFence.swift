@@ -202,8 +202,9 @@ final class DescriptorFence: Sendable {
   /// merged into its C source when its descriptor is readable (or writable, for a write source),
   /// has hung up or has an error; false when epoll cannot watch the descriptor (`EPERM`: a regular
   /// file, a directory). The descriptor's first watch is registered armed (`EPOLL_CTL_ADD`, which
-  /// answers for the descriptor); a watch of a descriptor registered already joins its entry with
-  /// no call, disarmed until its source starts (`start`, whose modification then answers).
+  /// answers for the descriptor); a watch of a descriptor registered already joins its entry
+  /// disarmed until its source starts (`start`, whose modification then answers for a stale
+  /// entry), after an `F_GETFD` that answers `EBADF` for a number closed under the entry.
   ///
   /// - Throws: `GCDError` naming `operation` and `epoll_ctl`: `EBADF` (not an open descriptor),
   ///   `ENOSPC` (the per-user watch limit), `ENOMEM`.
