@@ -212,8 +212,7 @@ final class DescriptorFence: Sendable {
     let descriptor = watch.descriptor
     let target = watch.raw
     Libdispatch.retain(target)
-    let outcome: Result<(registered: Bool, stale: [DescriptorWatch]), GCDError> = stripe(descriptor).table.withLock {
-      table in
+    let outcome: Result<Bool, GCDError> = stripe(descriptor).table.withLock { table in
       if table.entries[descriptor] != nil {
         // The descriptor is registered: a later source joins its entry disarmed and arms when it
         // starts (`start`, whose modification also finds a stale entry: the number closed and
@@ -223,7 +222,7 @@ final class DescriptorFence: Sendable {
         // costs no more than asking; it changes nothing in the registration.
         guard system_isOpen(descriptor) else { return .failure(registrationError(operation(), system_errno)) }
         table.entries[descriptor]!.insert(watch, armed: false)
-        return .success((true, []))
+        return .success(true)
       }
       var entry = Entry(generation: table.nextGeneration())
       entry.insert(watch)
@@ -234,18 +233,17 @@ final class DescriptorFence: Sendable {
         let error = system_errno
         entry.remove(watch)
         // EPERM: a file epoll cannot watch. EINVAL: the kernel's limit of paths to one open file
-        // through nested epoll instances (about 500 descriptors of one file in the fence, which
-        // libdispatch's epoll watches in turn). Either way libdispatch watches the descriptor.
-        if error == Errno.notPermitted || error == Errno.invalidArgument { return .success((false, [])) }
+        // through epoll instances (1,000 descriptors of one file in the fence). Either way
+        // libdispatch watches the descriptor.
+        if error == Errno.notPermitted || error == Errno.invalidArgument { return .success(false) }
         return .failure(registrationError(operation(), error))
       }
       entry.kernelMask = entry.mask
       table.entries[descriptor] = entry
-      return .success((true, []))
+      return .success(true)
     }
     switch outcome {
-    case .success(let (registered, stale)):
-      for old in stale { Libdispatch.release(old.raw) }
+    case .success(let registered):
       if !registered { Libdispatch.release(target) }
       return registered
     case .failure(let error):
@@ -297,11 +295,12 @@ final class DescriptorFence: Sendable {
 
   /// Arms `watch` when its source first starts (a watch that joined a registered descriptor is
   /// disarmed until then). The modification, made even when the kernel reports the direction
-  /// already, is the first call for that watch, so it answers for the descriptor too: `ENOENT` says the number was closed and now names another file (the old
-  /// registration left with the old file; its watches, whose sources are still live, will never
-  /// fire): the entry is replaced by a new registration of this watch alone, and the old watches
-  /// stay silent, as the kernel leaves them. Any other failure leaves the watch silent, as a
-  /// descriptor closed under a live source is (`rearm`).
+  /// already, is the first call for that watch, so it answers for the descriptor too: `ENOENT`
+  /// says the number was closed and now names another file (the old registration left with the
+  /// old file; its watches, whose sources are still live, will never fire): the entry is replaced
+  /// by a new registration of this watch alone, and the old watches stay silent, as the kernel
+  /// leaves them. Any other failure leaves the watch silent, as a descriptor closed under a live
+  /// source is (`rearm`).
   func start(_ watch: DescriptorWatch) {
     let descriptor = watch.descriptor
     let stale: [DescriptorWatch] = stripe(descriptor).table.withLock { table in
@@ -380,7 +379,7 @@ final class DescriptorFence: Sendable {
       }
       // Otherwise the remaining watches want what the kernel reports, or less: no call. A record
       // for the direction that left (one at most: one-shot) finds no armed watch to merge into
-      // and re-arms for those that are (`drain`); a connection's two sources, cancelled together,
+      // and re-arms for those that are (`read`); a connection's two sources, cancelled together,
       // cost one `EPOLL_CTL_DEL` and nothing for the first.
 
       return true
