@@ -133,7 +133,7 @@ private func dropReadSequences(rounds: Int) {
   childCheck(pollUntil { cancels.current == rounds }, "\(cancels.current) of \(rounds) sources cancelled")
   childCheck(
     pollUntil { sameDescriptors(baseline, openDescriptorTargets()) },
-    "descriptors left behind: \(openDescriptorTargets().filter { baseline[$0.key] == nil })")
+    "descriptors changed: \(descriptorChanges(from: baseline, to: openDescriptorTargets()))")
   close(ends[0])
   close(ends[1])
   exit(0)

@@ -103,6 +103,21 @@ func allOpenDescriptorTargets() -> [Int32: String] {
 /// " (deleted)"): an exit test's child inherits the parent's descriptors
 /// that are not close-on-exec, files other tests create and delete among
 /// them.
+/// What differs between two listings, both ways: descriptors opened, closed, or now naming another
+/// file (a number closed and reused), for a failure's message.
+func descriptorChanges(from before: [Int32: String], to after: [Int32: String]) -> String {
+  let numbers = Set(before.keys).union(after.keys).sorted()
+  let changes = numbers.compactMap { number -> String? in
+    switch (before[number], after[number]) {
+    case (nil, let now?): "\(number) opened (\(now))"
+    case (let was?, nil): "\(number) closed (was \(was))"
+    case (let was?, let now?) where was != now: "\(number) was \(was), now \(now)"
+    default: nil
+    }
+  }
+  return changes.isEmpty ? "none" : changes.joined(separator: "; ")
+}
+
 func sameDescriptors(_ first: [Int32: String], _ second: [Int32: String]) -> Bool {
   func normalized(_ listing: [Int32: String]) -> [Int32: String] {
     listing.mapValues { $0.hasSuffix(" (deleted)") ? String($0.dropLast(" (deleted)".count)) : $0 }
@@ -134,6 +149,26 @@ func warmUpDispatch() {
   requireInChild(cancelled, "warm-up cancel")
   close(ends[0])
   close(ends[1])
+  // libdispatch opens a timerfd per clock on the first timer of that clock, whoever arms it (the
+  // testing library's child, a task's sleep): one timer on each clock, fired, so that they are in
+  // the baseline too (without this, `droppedReadSequencesCloseDescriptors` saw one appear in 2 of
+  // 30 runs beside a full suite).
+  for deadline in [Deadline.now + .milliseconds(1), Deadline.wallClock() + .milliseconds(1)] {
+    let timerFired = Event()
+    let timer = TimerSource(queue: .global())
+    timer.schedule(start: deadline)
+    timer.setEventHandler { timerFired.signal() }
+    timer.resume()
+    requireInChild(timerFired, "warm-up timer")
+    timer.cancel()
+  }
+  let slept = Event()
+  Task.detached {
+    try? await Task.sleep(for: .milliseconds(1), clock: .continuous)
+    try? await Task.sleep(for: .milliseconds(1), clock: .suspending)
+    slept.signal()
+  }
+  requireInChild(slept, "warm-up sleeps")
 }
 
 /// The number of kernel watches on the process's inotify instance (from its
