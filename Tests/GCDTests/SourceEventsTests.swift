@@ -105,7 +105,11 @@ struct SourceEventsTests {
 
   @Test("cancelling the task ends the loop and cancels the source once")
   func taskCancellationEndsLoop() async throws {
-    let source = DataReplaceSource(queue: .global())
+    // A serial queue of its own, not the global one: libdispatch gives a serial queue a thread even
+    // when the global queue's are all busy, and on 2 cores the testing library's blocking reads of
+    // exit tests' pipes can hold both (once in 10 clean-clone `make test` runs the registration
+    // handler had not run on the global queue after 10 s).
+    let source = DataReplaceSource(queue: Queue(label: "events.task.cancel"))
     let cancels = Counter()
     source.setCancelHandler { cancels.increment() }
     let started = Event()

@@ -5,8 +5,15 @@
 #endif
 
 /// How long a test waits for something that must happen. Generous on
-/// purpose: a slow machine makes a test slower, never wrong.
-let generousTimeout: Duration = .seconds(10)
+/// purpose: a slow machine makes a test slower, never wrong. 30 s, not 10:
+/// while the churn suites' children run (observed exit tests, 3 s each under
+/// the scribbling allocator), the testing library's blocking reads of their
+/// pipes hold both of the parent's cooperative threads (2 cores), and every
+/// async test of the parallel suite stands still for 15–17 s (trivial tests
+/// "passed after 17 s"); a test whose 10 s wait spanned such a stall failed
+/// with the event it waited for still to come (`taskCancellationEndsLoop`,
+/// 2 of 11 clean-clone runs).
+let generousTimeout: Duration = .seconds(30)
 
 /// How long a test waits to see that something does NOT happen. A short
 /// wait can only make such a check pass when it should have failed, never
