@@ -115,12 +115,7 @@ protocol ProbeSource: AnyObject, Sendable {
   func onCancel(_ handler: @escaping @Sendable () -> Void)
 }
 
-extension ReadSource: ProbeSource {
-  func onEvent(_ handler: @escaping @Sendable () -> Void) { setEventHandler(handler) }
-  func onCancel(_ handler: @escaping @Sendable () -> Void) { setCancelHandler(handler) }
-}
-
-extension WriteSource: ProbeSource {
+extension Source: ProbeSource {
   func onEvent(_ handler: @escaping @Sendable () -> Void) { setEventHandler(handler) }
   func onCancel(_ handler: @escaping @Sendable () -> Void) { setCancelHandler(handler) }
 }
@@ -162,13 +157,16 @@ final class DispatchProbeSource: ProbeSource, @unchecked Sendable {
 /// `Queue`s, or on `import Dispatch`'s, each with 4 serial queues for the connections and one for
 /// the listener.
 struct ProbeBackend: Sendable {
+  /// The serial queues the connections are spread over.
+  static let connectionQueues = 4
+
   let name: String
   /// A read (false) or write (true) source on the descriptor, on connection queue `queue` (or the
   /// accepting queue for -1).
   let make: @Sendable (_ write: Bool, _ descriptor: Int32, _ queue: Int) throws -> any ProbeSource
 
   static var gcd: ProbeBackend {
-    let queues = (0..<4).map { Queue(label: "probe.http.\($0)") }
+    let queues = (0..<connectionQueues).map { Queue(label: "probe.http.\($0)") }
     let accepting = Queue(label: "probe.http.accept")
     return ProbeBackend(name: "GCD") { write, descriptor, index in
       let queue = index < 0 ? accepting : queues[index]
@@ -179,7 +177,7 @@ struct ProbeBackend: Sendable {
   }
 
   static var dispatch: ProbeBackend {
-    let queues = (0..<4).map { DispatchQueue(label: "probe.http.\($0)") }
+    let queues = (0..<connectionQueues).map { DispatchQueue(label: "probe.http.\($0)") }
     let accepting = DispatchQueue(label: "probe.http.accept")
     return ProbeBackend(name: "Dispatch") { write, descriptor, index in
       let queue = index < 0 ? accepting : queues[index]
@@ -240,7 +238,8 @@ private func httpServer(port: UInt16, seconds: Int, backend: ProbeBackend) {
       if descriptor < 0 { break }
       _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
       _ = fcntl(descriptor, F_SETFL, O_NONBLOCK)
-      serve(descriptor, queue: next.add(1, ordering: .relaxed).newValue % 4, backend: backend)
+      serve(
+        descriptor, queue: next.add(1, ordering: .relaxed).newValue % ProbeBackend.connectionQueues, backend: backend)
     }
   }
   acceptor.onCancel { close(listener) }

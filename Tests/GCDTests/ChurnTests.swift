@@ -500,7 +500,7 @@ private func countFenceDescriptors() -> Never {
   // The first descriptor source of the process makes the fence, its one epoll instance (here
   // `warmUpDispatch` made it, or these sources do); no source adds a descriptor of its own.
   let added = Set(allOpenDescriptorTargets().keys).subtracting(before)
-  let fences = allOpenDescriptorTargets().filter { (epollTargets(of: $0.key) ?? []).contains(readEnd) }.keys
+  let fences = epollInstances(watching: readEnd)
   childCheck(fences.count == 1, "\(fences.count) epoll instances watch the pipe, not 1 (the process's fence)")
   let fence = fences.first!
   childCheck(added.subtracting([fence]).isEmpty, "new descriptors for five sources: \(added.sorted()), fence \(fence)")

@@ -224,22 +224,13 @@ final class DescriptorFence: Sendable {
         table.entries[descriptor]!.insert(watch, armed: false)
         return .success(true)
       }
-      var entry = Entry(generation: table.nextGeneration())
-      entry.insert(watch)
-      let key = DescriptorFence.key(descriptor, entry.generation)
-      if system_epoll_control(instance, modify: false, descriptor, events: entry.mask | system_epollOneShot, key: key)
-        != 0
-      {
-        let error = system_errno
-        entry.remove(watch)
+      if let error = add(watch, to: &table) {
         // EPERM: a file epoll cannot watch. EINVAL: the kernel's limit of paths to one open file
         // through epoll instances (1,000 descriptors of one file in the fence). Either way
         // libdispatch watches the descriptor.
         if error == Errno.notPermitted || error == Errno.invalidArgument { return .success(false) }
         return .failure(registrationError(operation(), error))
       }
-      entry.kernelMask = entry.mask
-      table.entries[descriptor] = entry
       return .success(true)
     }
     switch outcome {
@@ -250,6 +241,27 @@ final class DescriptorFence: Sendable {
       Libdispatch.release(target)
       throw error
     }
+  }
+
+  /// Under the stripe's lock, for a descriptor with no entry: a new registration (a new
+  /// generation, `EPOLL_CTL_ADD`) of `watch` alone, armed, in `table`; nil, or the errno of the
+  /// refused addition, which leaves `table` and `watch` as they were.
+  private func add(_ watch: DescriptorWatch, to table: inout Table) -> Int32? {
+    let descriptor = watch.descriptor
+    var entry = Entry(generation: table.nextGeneration())
+    entry.insert(watch)
+    let key = DescriptorFence.key(descriptor, entry.generation)
+    guard
+      system_epoll_control(instance, modify: false, descriptor, events: entry.mask | system_epollOneShot, key: key)
+        == 0
+    else {
+      let error = system_errno
+      entry.remove(watch)
+      return error
+    }
+    entry.kernelMask = entry.mask
+    table.entries[descriptor] = entry
+    return nil
   }
 
   /// The reader, on a thread of its own for the life of the process: it waits in `epoll_wait` on
@@ -323,19 +335,8 @@ final class DescriptorFence: Sendable {
         old.remove(first)
         if first !== watch { stale.append(first) }
       }
-      var replaced = Entry(generation: table.nextGeneration())
-      replaced.insert(watch)
-      if system_epoll_control(
-        instance, modify: false, descriptor, events: replaced.mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, replaced.generation)) == 0
-      {
-        replaced.kernelMask = replaced.mask
-        table.entries[descriptor] = replaced
-      } else {
-        // Closed, or refused: silent, out of the table (its reference goes with the stale ones').
-        replaced.remove(watch)
-        stale.append(watch)
-      }
+      // Closed, or refused: silent, out of the table (its reference goes with the stale ones').
+      if add(watch, to: &table) != nil { stale.append(watch) }
       return stale
     }
     // The table's references to the watches that left it (`register` took them).

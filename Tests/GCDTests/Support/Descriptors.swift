@@ -38,22 +38,16 @@ private func isIdleEpollInstance(_ descriptor: Int32, _ target: String) -> Bool 
   target.contains("eventpoll") && epollTargets(of: descriptor)?.isEmpty == true
 }
 
-/// The descriptors an epoll instance watches (the `tfd:` lines of its fdinfo); nil when the
-/// fdinfo cannot be read (the descriptor is not open).
+/// The descriptors an epoll instance watches (the `tfd:` lines of its fdinfo), in ascending order;
+/// nil when the fdinfo cannot be read (the descriptor is not open).
 func epollTargets(of descriptor: Int32) -> [Int32]? {
-  guard let file = fopen("/proc/self/fdinfo/\(descriptor)", "re") else { return nil }
-  defer { fclose(file) }
-  var targets: [Int32] = []
-  var line = [CChar](repeating: 0, count: 512)
-  while fgets(&line, Int32(line.count), file) != nil {
-    let text = line.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-    guard text.hasPrefix("tfd:") else { continue }
-    if let number = text.dropFirst(4).split(separator: " ", omittingEmptySubsequences: true).first.flatMap({ Int32($0) }
-    ) {
-      targets.append(number)
-    }
-  }
-  return targets
+  epollInterests(of: descriptor).map { $0.keys.sorted() }
+}
+
+/// The epoll instances of this process that watch `descriptor` (the descriptor fence's, for a
+/// fenced source's).
+func epollInstances(watching descriptor: Int32) -> [Int32] {
+  allOpenDescriptorTargets().keys.filter { (epollTargets(of: $0) ?? []).contains(descriptor) }
 }
 
 /// The interests (`events`) an epoll instance of this process holds, by target descriptor, from
