@@ -150,6 +150,31 @@ private func write(_ descriptor: Int32, _ bytes: [UInt8]) {
   precondition(bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) } == bytes.count)
 }
 
+/// A pseudo-terminal in raw mode, so that bytes cross it unchanged both ways: its master and its
+/// slave end, both blocking and close-on-exec, and the slave's name ("/dev/pts/3"), which is also
+/// what `/proc/self/fd` says of it.
+private func pseudoTerminal() -> (master: Int32, slave: Int32, name: String) {
+  // unlockpt and ptsname_r are X/Open and GNU names the Glibc module does not export.
+  typealias Unlock = @convention(c) (Int32) -> Int32
+  typealias Name = @convention(c) (Int32, UnsafeMutablePointer<CChar>, Int) -> Int32
+  guard let unlockSymbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "unlockpt"),
+    let nameSymbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "ptsname_r")
+  else { preconditionFailure("libc has no unlockpt or ptsname_r") }
+  let master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
+  precondition(master >= 0, "open /dev/ptmx: errno \(errno)")
+  precondition(unsafeBitCast(unlockSymbol, to: Unlock.self)(master) == 0, "unlockpt: errno \(errno)")
+  var name = [CChar](repeating: 0, count: 128)
+  precondition(unsafeBitCast(nameSymbol, to: Name.self)(master, &name, name.count) == 0, "ptsname_r: errno \(errno)")
+  let path = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  let slave = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC)
+  precondition(slave >= 0, "open \(path): errno \(errno)")
+  var settings = termios()
+  precondition(tcgetattr(slave, &settings) == 0, "tcgetattr: errno \(errno)")
+  cfmakeraw(&settings)
+  precondition(tcsetattr(slave, TCSANOW, &settings) == 0, "tcsetattr: errno \(errno)")
+  return (master, slave, path)
+}
+
 // MARK: - Tests
 
 @Suite("IOChannel", .timeLimit(.minutes(2)))
@@ -748,6 +773,66 @@ struct IOChannelTests {
       #expect(!pollBriefly { cleanup.calls.current > 1 }, "ending \(ending)")
       close(writeEnd)
     }
+  }
+
+  @Test(
+    "a pseudo-terminal's two ends carry 256 KiB each way at once, intact, through one stream channel each: no C channel, no duplicate descriptor; the cleanups run once, the flags come back"
+  )
+  func pseudoTerminalRoundTrip() async throws {
+    let terminal = pseudoTerminal()
+    let flags = (fcntl(terminal.master, F_GETFL), fcntl(terminal.slave, F_GETFL))
+    let payloads = (randomBuffer(256 << 10), randomBuffer(256 << 10))
+    let cleanups = (Cleanup(), Cleanup())
+    let masterFlagsAtCleanup = Mutex<Int32>(-1)
+    let slaveFlagsAtCleanup = Mutex<Int32>(-1)
+    var received = (DispatchBuffer(), DispatchBuffer())
+    do {
+      let master = IOChannel(fileDescriptor: terminal.master, type: .stream, queue: queue) { fd in
+        masterFlagsAtCleanup.withLock { $0 = fcntl(fd, F_GETFL) }
+        cleanups.0.handler(fd)
+      }
+      let slave = IOChannel(fileDescriptor: terminal.slave, type: .stream, queue: queue) { fd in
+        slaveFlagsAtCleanup.withLock { $0 = fcntl(fd, F_GETFL) }
+        cleanups.1.handler(fd)
+      }
+      // On dispatch_io a terminal's channel wrote through a second C channel over a duplicate.
+      #expect(master.unsafeObject == nil && slave.unsafeObject == nil)
+      #expect(openDescriptorTargets().values.filter { $0 == terminal.name }.count == 1)
+      async let toSlave: Void = master.write(payloads.0)
+      async let toMaster: Void = slave.write(payloads.1)
+      async let atSlave: DispatchBuffer = {
+        var bytes = DispatchBuffer()
+        while bytes.count < payloads.0.count { bytes.append(try await slave.read(upTo: 64 << 10)) }
+        return bytes
+      }()
+      while received.1.count < payloads.1.count { received.1.append(try await master.read(upTo: 64 << 10)) }
+      received.0 = try await atSlave
+      try await toSlave
+      try await toMaster
+      master.close()
+      slave.close()
+    }
+    #expect(received.0 == payloads.0)
+    #expect(received.1 == payloads.1)
+    #expect(await eventually { cleanups.0.calls.current == 1 && cleanups.1.calls.current == 1 })
+    #expect(masterFlagsAtCleanup.withLock { $0 } == flags.0 && slaveFlagsAtCleanup.withLock { $0 } == flags.1)
+    #expect(!isHeld(terminal.name))
+  }
+
+  @Test(
+    "character devices epoll cannot watch are streams too: /dev/zero gives 1 MiB of zeros, /dev/null ends a read at end of file at once and takes a 1 MiB write whole"
+  )
+  func deviceStreams() async throws {
+    let zero = IOChannel(
+      fileDescriptor: open("/dev/zero", O_RDONLY | O_CLOEXEC), type: .stream, queue: queue, cleanup: Cleanup().handler)
+    var zeros = DispatchBuffer()
+    while zeros.count < 1 << 20 { zeros.append(try await zero.read(upTo: (1 << 20) - zeros.count)) }
+    #expect(zeros.count == 1 << 20 && zeros.allSatisfy { $0 == 0 })
+    #expect(zero.unsafeObject == nil)
+    let null = IOChannel(
+      fileDescriptor: open("/dev/null", O_RDWR | O_CLOEXEC), type: .stream, queue: queue, cleanup: Cleanup().handler)
+    #expect(try await null.read(upTo: 4096).isEmpty)
+    try await null.write(randomBuffer(1 << 20))
   }
 
   @Test(

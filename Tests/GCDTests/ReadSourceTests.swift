@@ -60,6 +60,32 @@ struct ReadSourceTests {
     #expect(calls >= 1)
   }
 
+  @Test(
+    "a read source on /dev/zero, a device epoll cannot watch, fires at once and again after each handler (always ready, as poll says) until cancelled"
+  )
+  func readsADevice() {
+    let fd = open("/dev/zero", O_RDONLY | O_CLOEXEC)
+    let events = Counter()
+    let zeros = Atomic<Bool>(true)
+    let cancelled = Event()
+    let source = try! ReadSource(fileDescriptor: fd, queue: Queue(label: "read.device"))
+    source.setEventHandler { [unowned source] in
+      var buffer = [UInt8](repeating: 1, count: 4096)
+      if read(fd, &buffer, buffer.count) != buffer.count || buffer.contains(where: { $0 != 0 }) {
+        zeros.store(false, ordering: .relaxed)
+      }
+      if events.increment() == 5 { source.cancel() }
+    }
+    source.setCancelHandler { if close(fd) == 0 { cancelled.signal() } }
+    source.resume()
+    // Before the device was watched as always ready, libdispatch refused its registration and
+    // the handler never ran.
+    #expect(cancelled.wait())
+    #expect(events.current == 5)
+    let allZero = zeros.load(ordering: .relaxed)
+    #expect(allZero)
+  }
+
   @Test("a read source reads everything written to a pipe until the writer closes it")
   func readsAPipe() {
     let expected = patternBytes(1_000_000)

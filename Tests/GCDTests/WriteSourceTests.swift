@@ -88,6 +88,37 @@ struct WriteSourceTests {
     #expect(firstDifference(contentsOfFile(path), expected) == nil)
   }
 
+  @Test(
+    "a write source on /dev/null, a device epoll cannot watch, fires at once and again after each handler until cancelled; a suspension holds it back"
+  )
+  func writesADevice() throws {
+    let fd = open("/dev/null", O_WRONLY | O_CLOEXEC)
+    let events = Counter()
+    let cancelled = Event()
+    let suspended = Event()
+    let source = try! WriteSource(fileDescriptor: fd, queue: Queue(label: "write.device"))
+    source.setEventHandler { [unowned source] in
+      let bytes = [UInt8](repeating: 7, count: 4096)
+      precondition(write(fd, bytes, bytes.count) == bytes.count)
+      switch events.increment() {
+      case 2:
+        source.suspend()
+        suspended.signal()
+      case 5: source.cancel()
+      default: break
+      }
+    }
+    source.setCancelHandler { if close(fd) == 0 { cancelled.signal() } }
+    source.resume()
+    // Before the device was watched as always ready, libdispatch refused its registration and
+    // the handler never ran.
+    try #require(suspended.wait())
+    #expect(!pollBriefly { events.current > 2 })
+    source.resume()
+    #expect(cancelled.wait())
+    #expect(events.current == 5)
+  }
+
   @Test("on a pipe whose reader has closed, write fails with EPIPE (SIGPIPE ignored) and the process lives on")
   func brokenPipeGivesEPIPE() {
     signal(SIGPIPE, SIG_IGN)

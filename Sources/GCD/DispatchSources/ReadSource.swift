@@ -15,7 +15,8 @@
 /// source no descriptor), which merges its readiness into the source, so that a peer's hang-up
 /// cannot reach libdispatch's use-after-free (swift-corelibs-libdispatch#949); the handler sees
 /// the same events. The descriptor leaves the fence just before the cancel handler. A regular
-/// file is watched directly. See docs/sources-linux.md.
+/// file is watched directly; a device epoll cannot watch (`/dev/null`, `/dev/zero`) is always
+/// ready, as `poll` says. See docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).

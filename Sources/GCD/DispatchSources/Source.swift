@@ -68,8 +68,10 @@ public class Source: GCDObject, @unchecked Sendable {
   /// fence (`DescriptorFence`), and the C source is a DATA_OR source the fence merges into, so that
   /// libdispatch never sees the descriptor hang up (swift-corelibs-libdispatch#949). A regular
   /// file, which epoll cannot watch (`EPERM`) and which never hangs up, is given to libdispatch
-  /// directly (`watch` is nil). The registration answers for the descriptor: `EBADF` when it is
-  /// not open; only a refused one is looked at (`fstat`), to tell a directory from a file.
+  /// directly (`watch` is nil); a device epoll cannot watch (`/dev/null`) gets an always-ready
+  /// watch (`DescriptorWatch.alwaysReady`). The registration answers for the descriptor: `EBADF`
+  /// when it is not open; only a refused one is looked at (`fstat`), to tell a directory from a
+  /// file from a device.
   static func create(
     descriptor: Int32, _ type: Libdispatch.SourceType, queue: Queue, operation: @autoclosure () -> String
   ) throws(GCDError) -> (created: OpaquePointer, watch: DescriptorWatch?) {
@@ -80,23 +82,31 @@ public class Source: GCDObject, @unchecked Sendable {
     let merged = try create(.dataOr, queue: queue)
     let watch = DescriptorWatch(
       raw: merged, queue: queue, fence: fence, descriptor: descriptor, writable: type == .write)
-    let registered: Bool
+    let registration: DescriptorFence.Registration
     do {
-      registered = try fence.register(watch, operation: operation())
+      registration = try fence.register(watch, operation: operation())
     } catch {
       discard(merged)
       throw error
     }
-    if registered { return (merged, watch) }
-    discard(merged)
+    if registration == .watched { return (merged, watch) }
     guard let status = system_fstat(descriptor) else {
+      discard(merged)
       throw GCDError(operation: operation(), errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
     }
     if status.isDirectory {
+      discard(merged)
       throw GCDError(
         operation: operation(), errno: Errno.isDirectory,
         detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")
     }
+    if registration == .notPollable && !status.isRegular {
+      // A device with no poll operation (`/dev/null`, `/dev/zero`): libdispatch would refuse its
+      // registration too and the source would never fire; `poll` calls such a file always ready.
+      watch.watchAsAlwaysReady()
+      return (merged, watch)
+    }
+    discard(merged)
     return (try create(type, handle: UInt(descriptor), queue: queue), nil)
   }
 

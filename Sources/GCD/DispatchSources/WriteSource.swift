@@ -16,8 +16,8 @@
 /// instance of the package's own (the descriptor fence, which costs the source no descriptor),
 /// where the pipe's `EPOLLERR` counts as an event — libdispatch itself ignores an `EPOLLERR` that
 /// comes alone. The fence also keeps a peer's hang-up away from libdispatch's use-after-free
-/// (swift-corelibs-libdispatch#949). A regular file is watched directly. See
-/// docs/sources-linux.md.
+/// (swift-corelibs-libdispatch#949). A regular file is watched directly; a device
+/// epoll cannot watch (`/dev/null`) is always ready, as `poll` says. See docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`
 /// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).

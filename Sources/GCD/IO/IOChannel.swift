@@ -4,15 +4,16 @@ import Synchronization
 /// libdispatch's `dispatch_io`, with its handlers, limits, intervals and
 /// barriers, made safe to drop.
 ///
-/// A **stream channel over a pipe or a socket** keeps that contract on the
+/// A **stream channel over a pipe, a socket, a terminal or another character
+/// device** keeps that contract on the
 /// package's own ``ReadSource`` and ``WriteSource`` behind the descriptor
 /// fence rather than on a C channel: libdispatch's I/O channel waits on such
 /// a descriptor with sources of its own, which libdispatch's epoll layer can
 /// use after freeing them when the peer hangs up under connection churn
 /// (swift-corelibs-libdispatch#949; docs/io.md, "Connection churn"). Such a
 /// channel costs no descriptor of its own and has no C channel
-/// (``unsafeObject`` is nil). Channels over regular files, terminals and
-/// other character devices are libdispatch's `dispatch_io`.
+/// (``unsafeObject`` is nil). Channels over regular files, and random-access
+/// channels, are libdispatch's `dispatch_io`.
 ///
 /// A **stream** channel (pipes, sockets, terminals, or a file read in order)
 /// reads and writes in sequence; a **random-access** channel (regular files)
@@ -41,8 +42,8 @@ import Synchronization
 /// - ``init(path:flags:mode:type:queue:cleanup:)`` opens the file itself and
 ///   throws at once (a relative path, a missing file, a FIFO for random
 ///   access), where the C function returns NULL or reports the error later.
-/// - A C channel over a descriptor open for reading and writing (a terminal,
-///   a file opened with `O_RDWR`) reads and writes
+/// - A C channel over a descriptor open for reading and writing (a file
+///   opened with `O_RDWR`) reads and writes
 ///   through two C channels: the writes go through a second one over a
 ///   close-on-exec duplicate of the descriptor. That is what lets a drop
 ///   stop the reads alone (`dispatch_io_close` stops every operation of a C
@@ -83,9 +84,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The C channel of the reads, and of everything else unless `writer`
   /// exists; nil when the descriptor was unusable from the start.
   @usableFromInline let raw: OpaquePointer?
-  /// For a descriptor open for reading and writing (a socket, a terminal, a
-  /// FIFO or file opened `O_RDWR`): the C channel of the writes, over a
-  /// duplicate of the descriptor (see the type's discussion); nil otherwise.
+  /// For a C channel over a descriptor open for reading and writing (a file
+  /// opened `O_RDWR`): the C channel of the writes, over a duplicate of the
+  /// descriptor (see the type's discussion); nil otherwise.
   let writer: OpaquePointer?
   /// Whether a drop closes `raw` with `DISPATCH_IO_STOP`: it carries the
   /// reads (false only when its descriptor is write-only, so that `raw`
@@ -96,7 +97,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The channel's type.
   public let type: ChannelType
   let reader: ChannelReader
-  /// For a stream channel over a pipe or a socket: the package's own engine, on read and write
+  /// For a stream channel over a pipe, a socket or a character device: the package's own engine, on read and write
   /// sources behind the descriptor fence (`StreamEngine`); then `raw` and `writer` are nil.
   let engine: StreamEngine?
 
@@ -245,7 +246,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     if let status = system_fstat(descriptor) {
       if status.isDirectory { failure = Errno.isDirectory }
       if status.isStream && type == .randomAccess { failure = Errno.illegalSeek }
-      onEngine = failure == 0 && status.isStream
+      onEngine = failure == 0 && (status.isStream || (type == .stream && status.isCharacterDevice))
       if failure == 0 && !onEngine && splitting
         && ((type == .stream && status.isBidirectional) || system_isReadWrite(descriptor))
       {

@@ -1,6 +1,7 @@
 import Synchronization
 
-/// A stream channel over a pipe or a socket, on the package's own read and write sources: the
+/// A stream channel over a pipe, a socket or a character device (a terminal, `/dev/null`), on
+/// the package's own read and write sources: the
 /// descriptor is watched through the descriptor fence (docs/sources-linux.md), never by
 /// libdispatch's own I/O channel, whose sources on the raw descriptor are exposed to
 /// swift-corelibs-libdispatch#949 under connection churn. `IOChannel` keeps its contract: reads
@@ -109,7 +110,8 @@ final class StreamEngine: @unchecked Sendable {
   private var finishing = false
   private var sourcesLeft = 0
 
-  /// A stream engine over `descriptor` (a pipe or a socket), which it makes non-blocking until
+  /// A stream engine over `descriptor` (a pipe, a socket, a character device), which it makes
+  /// non-blocking until
   /// the end.
   init(descriptor: Int32, closing: Bool, cleanupQueue: Queue, cleanup: @escaping @Sendable (Int32) -> Void) {
     self.descriptor = descriptor

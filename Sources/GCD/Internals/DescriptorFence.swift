@@ -20,8 +20,11 @@ import Synchronization
 ///
 /// A source costs no descriptor of its own: a connection's read and write sources take only the
 /// user's. The registration answers what an `fstat` used to: `EBADF` for a descriptor that is not
-/// open, `EPERM` for a file epoll cannot watch (a regular file, a directory), which the caller
-/// gives to libdispatch directly (it never hangs up) or refuses (a directory).
+/// open, `EPERM` for a file epoll cannot watch (a regular file, a directory, a character device
+/// with no poll operation such as `/dev/null` or `/dev/zero`), which the caller gives to libdispatch
+/// directly (a regular file: it never hangs up), refuses (a directory), or watches as always ready
+/// (a device: what `poll` reports for a file with no poll operation; libdispatch would refuse its
+/// registration and the source would never fire).
 ///
 /// Interleavings: the table is cut into stripes by descriptor number, each one `Mutex`; everything
 /// the fence does concerns one descriptor, and its entry, its watches' list and armed counts, its
@@ -200,19 +203,28 @@ final class DescriptorFence: Sendable {
 
   /// Starts watching: `watch` (the state of a source whose C object is a DATA_OR source) gets 1
   /// merged into its C source when its descriptor is readable (or writable, for a write source),
-  /// has hung up or has an error; false when epoll cannot watch the descriptor (`EPERM`: a regular
-  /// file, a directory). The descriptor's first watch is registered armed (`EPOLL_CTL_ADD`, which
+  /// has hung up or has an error; `.notPollable` or `.overLimit` when epoll refuses the descriptor,
+  /// which leaves `watch` out of the fence. The descriptor's first watch is registered armed (`EPOLL_CTL_ADD`, which
   /// answers for the descriptor); a watch of a descriptor registered already joins its entry
   /// disarmed until its source starts (`start`, whose modification then answers for a stale
   /// entry), after an `F_GETFD` that answers `EBADF` for a number closed under the entry.
   ///
   /// - Throws: `GCDError` naming `operation` and `epoll_ctl`: `EBADF` (not an open descriptor),
   ///   `ENOSPC` (the per-user watch limit), `ENOMEM`.
-  func register(_ watch: DescriptorWatch, operation: @autoclosure () -> String) throws(GCDError) -> Bool {
+  /// How `register` went: the descriptor is watched, or epoll refused it: `EPERM` (a file with no
+  /// poll operation: a regular file, a directory, a device such as `/dev/null`) or `EINVAL` (the
+  /// kernel's limit of paths to one open file through epoll instances).
+  enum Registration {
+    case watched
+    case notPollable
+    case overLimit
+  }
+
+  func register(_ watch: DescriptorWatch, operation: @autoclosure () -> String) throws(GCDError) -> Registration {
     let descriptor = watch.descriptor
     let target = watch.raw
     Libdispatch.retain(target)
-    let outcome: Result<Bool, GCDError> = stripe(descriptor).table.withLock { table in
+    let outcome: Result<Registration, GCDError> = stripe(descriptor).table.withLock { table in
       if table.entries[descriptor] != nil {
         // The descriptor is registered: a later source joins its entry disarmed and arms when it
         // starts (`start`, whose modification also finds a stale entry: the number closed and
@@ -222,21 +234,22 @@ final class DescriptorFence: Sendable {
         // costs no more than asking; it changes nothing in the registration.
         guard system_isOpen(descriptor) else { return .failure(registrationError(operation(), system_errno)) }
         table.entries[descriptor]!.insert(watch, armed: false)
-        return .success(true)
+        return .success(.watched)
       }
       if let error = add(watch, to: &table) {
         // EPERM: a file epoll cannot watch. EINVAL: the kernel's limit of paths to one open file
-        // through epoll instances (1,000 descriptors of one file in the fence). Either way
-        // libdispatch watches the descriptor.
-        if error == Errno.notPermitted || error == Errno.invalidArgument { return .success(false) }
+        // through epoll instances (1,000 descriptors of one file in the fence). The caller decides
+        // (`Source.create(descriptor:)`).
+        if error == Errno.notPermitted { return .success(.notPollable) }
+        if error == Errno.invalidArgument { return .success(.overLimit) }
         return .failure(registrationError(operation(), error))
       }
-      return .success(true)
+      return .success(.watched)
     }
     switch outcome {
-    case .success(let registered):
-      if !registered { Libdispatch.release(target) }
-      return registered
+    case .success(let registration):
+      if registration != .watched { Libdispatch.release(target) }
+      return registration
     case .failure(let error):
       Libdispatch.release(target)
       throw error
@@ -432,6 +445,13 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   let descriptor: Int32
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
+  /// Out of the fence for good, ready at every moment: a device epoll cannot watch (`/dev/null`,
+  /// `/dev/zero`), which `poll` reports readable and writable always. The watch merges 1 into its
+  /// C source when the source starts and again after each event handler, until it is cancelled:
+  /// the level semantics, with no kernel object. Set by `Source.create(descriptor:)` before the
+  /// source exists; read-only after.
+  private(set) var alwaysReady = false
+
   /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
   /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
   /// read the estimate at once may both make the failing call once; each returns 1.
@@ -468,9 +488,24 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   /// Not once the source is cancelled: its removal follows, with no re-arm before it.
   override func eventDone() {
-    if !Libdispatch.source_testcancel(raw) { fence.rearm(self) }
+    if Libdispatch.source_testcancel(raw) { return }
+    if alwaysReady {
+      Libdispatch.source_merge_data(raw, 1)
+    } else {
+      fence.rearm(self)
+    }
   }
 
-  /// The first start arms a watch that joined its descriptor's registration disarmed.
-  override func startHook() { fence.start(self) }
+  /// The first start arms a watch that joined its descriptor's registration disarmed, or fires an
+  /// always-ready one.
+  override func startHook() {
+    if alwaysReady {
+      Libdispatch.source_merge_data(raw, 1)
+    } else {
+      fence.start(self)
+    }
+  }
+
+  /// Makes this watch, which the fence refused (`.notPollable`), an always-ready one.
+  func watchAsAlwaysReady() { alwaysReady = true }
 }
