@@ -68,6 +68,16 @@ struct IOChannelChurnTests {
   }
 
   @Test(
+    "pseudo-terminals through stream channels: the slave writes and closes, the master's read ends (EIO, the terminal hung up), the channel closes",
+    .timeLimit(.minutes(2)))
+  func terminals() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      underScribblingAllocator { churnTerminals() }
+    }
+    expectChildSaidOK(result)
+  }
+
+  @Test(
     "echo on socket pairs: the channel writes a request and reads the echo to end of file; closed or dropped",
     .timeLimit(.minutes(2)))
   func echo() async {
@@ -562,26 +572,48 @@ private func countFenceDescriptors() -> Never {
   endChild("ok: one fence for the process, no descriptor per source, none held after")
 }
 
-/// 4 threads, each round: a pipe, a stream channel on its read end; the thread writes 64 bytes and
-/// closes the write end; the channel's read (to end of file) ends, the channel is closed, its cleanup
-/// closes the read end.
+/// 4 threads, each round: a pipe; a stream channel on its read end reads to end of file; the thread
+/// writes 64 bytes and closes the write end; the channel closes.
 private func churnChannels() -> Never {
+  churnChannelReads("stream channels", ending: [0]) { makePipe() }
+}
+
+/// 4 threads, each round: a pseudo-terminal; a stream channel on its master end reads; the thread
+/// writes 64 bytes to the slave end and closes it; the read gets them and ends when the terminal
+/// hangs up (`EIO`, as a master's `read` says then); the channel closes.
+private func churnTerminals() -> Never {
+  churnChannelReads("terminal channels", ending: [0, EIO]) {
+    let terminal = makePseudoTerminal()
+    return (terminal.master, terminal.slave)
+  }
+}
+
+/// 4 threads, each round: two new descriptors (`make`); a stream channel on the first reads until
+/// its read ends (with an errno of `ending`); the thread writes 64 bytes to the second and closes
+/// it; the read must have got them all; the channel closes and its cleanup closes the first.
+private func churnChannelReads(
+  _ what: String, ending: Set<Int32>, make: @escaping @Sendable () -> (read: Int32, write: Int32)
+) -> Never {
   let tally = ChurnTally(churnDuration)
   onThreads(4) { thread in
     let queue = Queue(label: "churn.channels.\(thread)")
     let message = [UInt8](repeating: UInt8(thread), count: 64)
     while tally.running {
-      let (readEnd, writeEnd) = makePipe()
+      let (readEnd, writeEnd) = make()
       let cleaned = Event()
       let received = Atomic<Int>(0)
+      let failure = Atomic<Int32>(0)
       let ended = Event()
       let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue) { descriptor in
         close(descriptor)
         cleaned.signal()
       }
-      channel.read(length: Int.max, queue: queue) { done, data, _ in
+      channel.read(length: Int.max, queue: queue) { done, data, error in
         if let data { received.add(data.count, ordering: .relaxed) }
-        if done { ended.signal() }
+        if done {
+          failure.store(error, ordering: .relaxed)
+          ended.signal()
+        }
       }
       _ = message.withUnsafeBytes { write(writeEnd, $0.baseAddress, $0.count) }
       close(writeEnd)
@@ -595,11 +627,13 @@ private func churnChannels() -> Never {
         return
       }
       let got = received.load(ordering: .relaxed)
+      let error = failure.load(ordering: .relaxed)
       if got != message.count { tally.fail("read \(got) bytes, not \(message.count)") }
+      if !ending.contains(error) { tally.fail("the read ended with errno \(error), not one of \(ending.sorted())") }
       tally.rounds.add(1, ordering: .relaxed)
     }
   }
-  tally.end("stream channels")
+  tally.end(what)
 }
 
 /// Reads `count` bytes from the non-blocking `descriptor` on the calling thread, waiting with

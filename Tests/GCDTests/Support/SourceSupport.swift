@@ -138,3 +138,28 @@ final class TemporaryDirectory {
     }
   }
 }
+
+/// A pseudo-terminal in raw mode, so that bytes cross it unchanged both ways: its master and its
+/// slave end, both blocking and close-on-exec, and the slave's name ("/dev/pts/3"), which is also
+/// what `/proc/self/fd` says of it.
+func makePseudoTerminal() -> (master: Int32, slave: Int32, name: String) {
+  // unlockpt and ptsname_r are X/Open and GNU names the Glibc module does not export.
+  typealias Unlock = @convention(c) (Int32) -> Int32
+  typealias Name = @convention(c) (Int32, UnsafeMutablePointer<CChar>, Int) -> Int32
+  guard let unlockSymbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "unlockpt"),
+    let nameSymbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "ptsname_r")
+  else { preconditionFailure("libc has no unlockpt or ptsname_r") }
+  let master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
+  precondition(master >= 0, "open /dev/ptmx: errno \(errno)")
+  precondition(unsafeBitCast(unlockSymbol, to: Unlock.self)(master) == 0, "unlockpt: errno \(errno)")
+  var name = [CChar](repeating: 0, count: 128)
+  precondition(unsafeBitCast(nameSymbol, to: Name.self)(master, &name, name.count) == 0, "ptsname_r: errno \(errno)")
+  let path = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  let slave = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC)
+  precondition(slave >= 0, "open \(path): errno \(errno)")
+  var settings = termios()
+  precondition(tcgetattr(slave, &settings) == 0, "tcgetattr: errno \(errno)")
+  cfmakeraw(&settings)
+  precondition(tcsetattr(slave, TCSANOW, &settings) == 0, "tcsetattr: errno \(errno)")
+  return (master, slave, path)
+}
