@@ -201,16 +201,6 @@ final class DescriptorFence: Sendable {
     UInt64(generation) << 32 | UInt64(UInt32(bitPattern: descriptor))
   }
 
-  /// Starts watching: `watch` (the state of a source whose C object is a DATA_OR source) gets 1
-  /// merged into its C source when its descriptor is readable (or writable, for a write source),
-  /// has hung up or has an error; `.notPollable` or `.overLimit` when epoll refuses the descriptor,
-  /// which leaves `watch` out of the fence. The descriptor's first watch is registered armed (`EPOLL_CTL_ADD`, which
-  /// answers for the descriptor); a watch of a descriptor registered already joins its entry
-  /// disarmed until its source starts (`start`, whose modification then answers for a stale
-  /// entry), after an `F_GETFD` that answers `EBADF` for a number closed under the entry.
-  ///
-  /// - Throws: `GCDError` naming `operation` and `epoll_ctl`: `EBADF` (not an open descriptor),
-  ///   `ENOSPC` (the per-user watch limit), `ENOMEM`.
   /// How `register` went: the descriptor is watched, or epoll refused it: `EPERM` (a file with no
   /// poll operation: a regular file, a directory, a device such as `/dev/null`) or `EINVAL` (the
   /// kernel's limit of paths to one open file through epoll instances).
@@ -220,6 +210,17 @@ final class DescriptorFence: Sendable {
     case overLimit
   }
 
+  /// Starts watching: `watch` (the state of a source whose C object is a DATA_OR source) gets 1
+  /// merged into its C source when its descriptor is readable (or writable, for a write source),
+  /// has hung up or has an error; `.notPollable` or `.overLimit` when epoll refuses the
+  /// descriptor, which leaves `watch` out of the fence. The descriptor's first watch is registered
+  /// armed (`EPOLL_CTL_ADD`, which answers for the descriptor); a watch of a descriptor registered
+  /// already joins its entry disarmed until its source starts (`start`, whose modification then
+  /// answers for a stale entry), after an `F_GETFD` that answers `EBADF` for a number closed under
+  /// the entry.
+  ///
+  /// - Throws: `GCDError` naming `operation` and `epoll_ctl`: `EBADF` (not an open descriptor),
+  ///   `ENOSPC` (the per-user watch limit), `ENOMEM`.
   func register(_ watch: DescriptorWatch, operation: @autoclosure () -> String) throws(GCDError) -> Registration {
     let descriptor = watch.descriptor
     let target = watch.raw
