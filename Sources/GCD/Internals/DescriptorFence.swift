@@ -235,6 +235,7 @@ final class DescriptorFence: Sendable {
         // costs no more than asking; it changes nothing in the registration.
         guard system_isOpen(descriptor) else { return .failure(registrationError(operation(), system_errno)) }
         table.entries[descriptor]!.insert(watch, armed: false)
+        watch.joinedDisarmed = true
         return .success(.watched)
       }
       if let error = add(watch, to: &table) {
@@ -452,6 +453,11 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// the level semantics, with no kernel object. Set by `Source.create(descriptor:)` before the
   /// source exists; read-only after.
   private(set) var alwaysReady = false
+  /// Joined its descriptor's registration disarmed (`register`), so its first start arms it
+  /// (`start`); a descriptor's first watch is armed by its registration and its start takes no
+  /// lock — nor re-arms a watch that fired before its source started, whose merge is pending.
+  /// Set in `register` before the source exists; read-only after.
+  fileprivate(set) var joinedDisarmed = false
 
   /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
   /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
@@ -502,7 +508,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   override func startHook() {
     if alwaysReady {
       Libdispatch.source_merge_data(raw, 1)
-    } else {
+    } else if joinedDisarmed {
       fence.start(self)
     }
   }
