@@ -22,6 +22,10 @@ import Synchronization
 //                                            connections and requests served when it stops
 //   GCDBenchmarks --http-server-dispatch PORT SECONDS  the same server on `import Dispatch`'s
 //                                            DispatchSourceRead and DispatchSourceWrite
+//   ... PORT SECONDS short-reads             either server, its handler ending a connection's
+//                                            reads at a read shorter than its buffer (as SwiftNIO's
+//                                            does) instead of reading until EAGAIN: the level
+//                                            semantics report what is left
 
 /// Runs the probe the arguments name, and exits; returns when they name none.
 func runChurnProbeIfAsked() {
@@ -39,10 +43,13 @@ func runChurnProbeIfAsked() {
     sourceCycle(write: arguments[1] == "write", count: arguments.count > 2 ? Int(arguments[2]) ?? 2_000 : 2_000)
     exit(0)
   case "--http-server", "--http-server-dispatch":
-    guard arguments.count > 2, let port = UInt16(arguments[1]), let seconds = Int(arguments[2]) else {
-      note("usage: GCDBenchmarks --http-server[-dispatch] PORT SECONDS")
+    guard arguments.count > 2, let port = UInt16(arguments[1]), let seconds = Int(arguments[2]),
+      arguments.count == 3 || (arguments.count == 4 && arguments[3] == "short-reads")
+    else {
+      note("usage: GCDBenchmarks --http-server[-dispatch] PORT SECONDS [short-reads]")
       exit(2)
     }
+    shortReads = arguments.count == 4
     httpServer(port: port, seconds: seconds, backend: first == "--http-server" ? .gcd : .dispatch)
     exit(0)
   default: return
@@ -281,12 +288,16 @@ private func stop(_ connection: Connection) {
   connection.writer.cancel()  // also balances a suspension, or starts a writer never started
 }
 
+/// Set once, before the server starts (`short-reads`): a handler stops reading at a short read.
+nonisolated(unsafe) private var shortReads = false
+
 private func readAvailable(_ connection: Connection) {
   var buffer = [UInt8](repeating: 0, count: 4096)
   while true {
     let count = recv(connection.descriptor, &buffer, buffer.count, 0)
     if count > 0 {
       connection.input += buffer[0..<count]
+      if shortReads && count < buffer.count { break }
       continue
     }
     if count == 0 || errno != EAGAIN {
