@@ -3,7 +3,7 @@
 // `dispatch_source_get_data() + 1` bytes for `MyProcessFileData` and cancels the source when that says
 // it is done; the cancel handler closes the descriptor.
 //
-// On Linux: epoll cannot watch a regular file, so libdispatch reports it readable with the bytes left
+// On Linux: epoll cannot watch a regular file, so the source reports it readable, with the bytes left
 // as its data, until the source is cancelled; `MyProcessFileData` is done when `read` returns 0.
 //
 // Usage: ExampleReadFile [file, default /etc/passwd]

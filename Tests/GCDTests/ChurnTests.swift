@@ -484,7 +484,8 @@ struct NestedEpollTests {
 
 /// In an exit test's child: the process's descriptors before, while and after a read and a write
 /// source on a pipe, a read and a write source on one socket (a connection's two), a read source
-/// on a regular file, then 200 sources on 100 more connections, exist.
+/// on a regular file (started, until its first event), then 200 sources on 100 more connections,
+/// exist.
 private func countFenceDescriptors() -> Never {
   warmUpDispatch()
   let (readEnd, writeEnd) = makePipe()
@@ -532,7 +533,16 @@ private func countFenceDescriptors() -> Never {
     }
   }
   onFile.setCancelHandler { cancelled.signal() }
+  // A regular file is always ready, with no descriptor: libdispatch would stand an `eventfd` in
+  // for it from its registration on (before its first event).
+  let fileFired = Event()
+  onFile.setEventHandler { fileFired.signal() }
   for source in sources + [onFile] { source.resume() }
+  childCheck(fileFired.wait(), "the read source on a regular file did not fire")
+  let whileRunning = Set(allOpenDescriptorTargets().keys).subtracting(before).subtracting([fence])
+  childCheck(
+    whileRunning.isEmpty,
+    "new descriptors while five sources run: \(allOpenDescriptorTargets().filter { whileRunning.contains($0.key) })")
   for source in sources + [onFile] { source.cancel() }
   childCheck(cancelled.wait(), "a cancel handler did not run")
   childCheck(heldInHandler.load(ordering: .relaxed) == 0, "the fence still held a descriptor in its cancel handler")

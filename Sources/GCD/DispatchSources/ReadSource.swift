@@ -15,8 +15,9 @@
 /// source no descriptor), which merges its readiness into the source, so that a peer's hang-up
 /// cannot reach libdispatch's use-after-free (swift-corelibs-libdispatch#949); the handler sees
 /// the same events. The descriptor leaves the fence just before the cancel handler. A regular
-/// file is watched directly; a device epoll cannot watch (`/dev/null`, `/dev/zero`) is always
-/// ready, as `poll` says. See docs/sources-linux.md.
+/// file, or a device epoll cannot watch (`/dev/null`, `/dev/zero`), is always ready, as `poll`
+/// says: the source fires when started and after each handler, with no descriptor of its own
+/// (libdispatch would stand an `eventfd` in for a file). See docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
@@ -63,7 +64,8 @@ public final class ReadSource: Source, @unchecked Sendable {
     super.init(created: created, queue: queue, watch: watch)
   }
 
-  /// The source's watch in the descriptor fence; nil for a regular file (libdispatch watches it).
+  /// The source's watch in the descriptor fence (or always ready); nil only past the kernel's limit
+  /// of epoll paths to one file, where libdispatch watches the descriptor.
   let watch: DescriptorWatch?
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.

@@ -67,9 +67,9 @@ public class Source: GCDObject, @unchecked Sendable {
   /// A descriptor epoll can watch (a pipe, a socket, a terminal) goes into the package's descriptor
   /// fence (`DescriptorFence`), and the C source is a DATA_OR source the fence merges into, so that
   /// libdispatch never sees the descriptor hang up (swift-corelibs-libdispatch#949). A regular
-  /// file, which epoll cannot watch (`EPERM`) and which never hangs up, is given to libdispatch
-  /// directly (`watch` is nil); a device epoll cannot watch (`/dev/null`) gets an always-ready
-  /// watch (`DescriptorWatch.alwaysReady`). The registration answers for the descriptor: `EBADF`
+  /// file or a device, which epoll cannot watch (`EPERM`), gets an always-ready watch
+  /// (`DescriptorWatch.alwaysReady`); past the kernel's limit of epoll paths to one file (`EINVAL`)
+  /// the descriptor is given to libdispatch directly (`watch` is nil). The registration answers for the descriptor: `EBADF`
   /// when it is not open; only a refused one is looked at (`fstat`), to tell a directory from a
   /// file from a device.
   static func create(
@@ -100,9 +100,10 @@ public class Source: GCDObject, @unchecked Sendable {
         operation: operation(), errno: Errno.isDirectory,
         detail: "a directory never becomes readable or writable (epoll cannot watch it); use FileSystemSource")
     }
-    if registration == .notPollable && !status.isRegular {
-      // A device with no poll operation (`/dev/null`, `/dev/zero`): libdispatch would refuse its
-      // registration too and the source would never fire; `poll` calls such a file always ready.
+    if registration == .notPollable {
+      // A regular file or a device with no poll operation (`/dev/null`): `poll` calls such a file
+      // always ready. libdispatch would stand an `eventfd` in for a regular file (a descriptor per
+      // source) and refuse a device's registration (the source would never fire).
       watch.watchAsAlwaysReady()
       return (merged, watch)
     }

@@ -16,8 +16,9 @@
 /// instance of the package's own (the descriptor fence, which costs the source no descriptor),
 /// where the pipe's `EPOLLERR` counts as an event — libdispatch itself ignores an `EPOLLERR` that
 /// comes alone. The fence also keeps a peer's hang-up away from libdispatch's use-after-free
-/// (swift-corelibs-libdispatch#949). A regular file is watched directly; a device
-/// epoll cannot watch (`/dev/null`) is always ready, as `poll` says. See docs/sources-linux.md.
+/// (swift-corelibs-libdispatch#949). A regular file, or a device epoll cannot
+/// watch (`/dev/null`), is always ready, as `poll` says, with no descriptor of its own. See
+/// docs/sources-linux.md.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`
 /// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
@@ -25,7 +26,8 @@ public final class WriteSource: Source, @unchecked Sendable {
   /// The watched descriptor.
   public let fileDescriptor: Int32
 
-  /// The source's watch in the descriptor fence; nil for a regular file (libdispatch watches it).
+  /// The source's watch in the descriptor fence (or always ready); nil only past the kernel's limit
+  /// of epoll paths to one file, where libdispatch watches the descriptor.
   let watch: DescriptorWatch?
 
   /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source

@@ -21,10 +21,10 @@ import Synchronization
 /// A source costs no descriptor of its own: a connection's read and write sources take only the
 /// user's. The registration answers what an `fstat` used to: `EBADF` for a descriptor that is not
 /// open, `EPERM` for a file epoll cannot watch (a regular file, a directory, a character device
-/// with no poll operation such as `/dev/null` or `/dev/zero`), which the caller gives to libdispatch
-/// directly (a regular file: it never hangs up), refuses (a directory), or watches as always ready
-/// (a device: what `poll` reports for a file with no poll operation; libdispatch would refuse its
-/// registration and the source would never fire).
+/// with no poll operation such as `/dev/null` or `/dev/zero`), which the caller refuses (a
+/// directory) or watches as always ready (what `poll` reports for a file with no poll operation;
+/// libdispatch would stand an `eventfd` in for a regular file, and refuse a device's registration,
+/// whose source would then never fire).
 ///
 /// Interleavings: the table is cut into stripes by descriptor number, each one `Mutex`; everything
 /// the fence does concerns one descriptor, and its entry, its watches' list and armed counts, its
@@ -447,8 +447,8 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   let descriptor: Int32
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
-  /// Out of the fence for good, ready at every moment: a device epoll cannot watch (`/dev/null`,
-  /// `/dev/zero`), which `poll` reports readable and writable always. The watch merges 1 into its
+  /// Out of the fence for good, ready at every moment: a regular file or a device epoll cannot
+  /// watch (`/dev/null`, `/dev/zero`), which `poll` reports readable and writable always. The watch merges 1 into its
   /// C source when the source starts and again after each event handler, until it is cancelled:
   /// the level semantics, with no kernel object. Set by `Source.create(descriptor:)` before the
   /// source exists; read-only after.
