@@ -69,9 +69,9 @@ public class Source: GCDObject, @unchecked Sendable {
   /// libdispatch never sees the descriptor hang up (swift-corelibs-libdispatch#949). A regular
   /// file or a device, which epoll cannot watch (`EPERM`), gets an always-ready watch
   /// (`DescriptorWatch.alwaysReady`); past the kernel's limit of epoll paths to one file (`EINVAL`)
-  /// the descriptor is given to libdispatch directly (`watch` is nil). The registration answers for the descriptor: `EBADF`
-  /// when it is not open; only a refused one is looked at (`fstat`), to tell a directory from a
-  /// file from a device.
+  /// the descriptor is given to libdispatch directly (`watch` is nil). The registration answers
+  /// for the descriptor: `EBADF` when it is not open; only a refused one is looked at (`fstat`),
+  /// to refuse a directory.
   static func create(
     descriptor: Int32, _ type: Libdispatch.SourceType, queue: Queue, operation: @autoclosure () -> String
   ) throws(GCDError) -> (created: OpaquePointer, watch: DescriptorWatch?) {
