@@ -247,9 +247,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       if status.isDirectory { failure = Errno.isDirectory }
       if status.isStream && type == .randomAccess { failure = Errno.illegalSeek }
       onEngine = failure == 0 && (status.isStream || (type == .stream && status.isCharacterDevice))
-      if failure == 0 && !onEngine && splitting
-        && ((type == .stream && status.isBidirectional) || system_isReadWrite(descriptor))
-      {
+      if failure == 0 && !onEngine && splitting && system_isReadWrite(descriptor) {
         duplicate = system_duplicate(descriptor)
         if duplicate < 0 { failure = system_errno }
       }

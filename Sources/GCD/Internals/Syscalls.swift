@@ -85,8 +85,6 @@ struct FileStatus {
   var isDirectory: Bool
   /// A FIFO or a socket: a stream no offset applies to.
   var isStream: Bool
-  /// A socket or a character device (a terminal): one descriptor both read and written.
-  var isBidirectional: Bool
   /// A character device: a terminal, a pseudo-terminal, `/dev/null`, `/dev/zero`.
   var isCharacterDevice: Bool
   /// A regular file (libdispatch reads and writes it blocking, on its disk queues).
@@ -108,7 +106,6 @@ func system_fstat(_ descriptor: Int32) -> FileStatus? {
   return FileStatus(
     isDirectory: status.st_mode & S_IFMT == S_IFDIR,
     isStream: status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK,
-    isBidirectional: status.st_mode & S_IFMT == S_IFSOCK || status.st_mode & S_IFMT == S_IFCHR,
     isCharacterDevice: status.st_mode & S_IFMT == S_IFCHR,
     isRegular: status.st_mode & S_IFMT == S_IFREG,
     size: Int(status.st_size), links: UInt(status.st_nlink), device: UInt64(status.st_dev),
