@@ -68,7 +68,7 @@ public class Source: GCDObject, @unchecked Sendable {
   /// fence (`DescriptorFence`), and the C source is a DATA_OR source the fence merges into, so that
   /// libdispatch never sees the descriptor hang up (swift-corelibs-libdispatch#949). A regular
   /// file or a device, which epoll cannot watch (`EPERM`), gets an always-ready watch
-  /// (`DescriptorWatch.alwaysReady`); past the kernel's limit of epoll paths to one file (`EINVAL`)
+  /// (`DescriptorWatch.Arming.alwaysReady`); past the kernel's limit of epoll paths to one file (`EINVAL`)
   /// the descriptor is given to libdispatch directly (`watch` is nil). The registration answers
   /// for the descriptor: `EBADF` when it is not open; only a refused one is looked at (`fstat`),
   /// to refuse a directory.
@@ -104,7 +104,7 @@ public class Source: GCDObject, @unchecked Sendable {
       // A regular file or a device with no poll operation (`/dev/null`): `poll` calls such a file
       // always ready. libdispatch would stand an `eventfd` in for a regular file (a descriptor per
       // source) and refuse a device's registration (the source would never fire).
-      watch.watchAsAlwaysReady()
+      watch.arming = .alwaysReady
       return (merged, watch)
     }
     discard(merged)

@@ -235,7 +235,7 @@ final class DescriptorFence: Sendable {
         // costs no more than asking; it changes nothing in the registration.
         guard system_isOpen(descriptor) else { return .failure(registrationError(operation(), system_errno)) }
         table.entries[descriptor]!.insert(watch, armed: false)
-        watch.joinedDisarmed = true
+        watch.arming = .atStart
         return .success(.watched)
       }
       if let error = add(watch, to: &table) {
@@ -447,17 +447,23 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   let descriptor: Int32
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
-  /// Out of the fence for good, ready at every moment: a regular file or a device epoll cannot
-  /// watch (`/dev/null`, `/dev/zero`), which `poll` reports readable and writable always. The watch merges 1 into its
-  /// C source when the source starts and again after each event handler, until it is cancelled:
-  /// the level semantics, with no kernel object. Set by `Source.create(descriptor:)` before the
-  /// source exists; read-only after.
-  private(set) var alwaysReady = false
-  /// Joined its descriptor's registration disarmed (`register`), so its first start arms it
-  /// (`start`); a descriptor's first watch is armed by its registration and its start takes no
-  /// lock — nor re-arms a watch that fired before its source started, whose merge is pending.
-  /// Set in `register` before the source exists; read-only after.
-  fileprivate(set) var joinedDisarmed = false
+  /// How a watch is armed.
+  enum Arming {
+    /// By its registration: a descriptor's first watch. Its start takes no lock, nor re-arms a
+    /// registration that fired before the source started (that merge is pending).
+    case byRegistration
+    /// At its source's first start (`start`): a watch that joined its descriptor's registration
+    /// disarmed (`register`).
+    case atStart
+    /// Never: out of the fence for good, ready at every moment — a regular file or a device epoll
+    /// cannot watch (`/dev/null`, `/dev/zero`), which `poll` reports readable and writable always.
+    /// The watch merges 1 into its C source when the source starts and again after each event
+    /// handler, until it is cancelled: the level semantics, with no kernel object.
+    case alwaysReady
+  }
+
+  /// Set by `register` or `Source.create(descriptor:)` before the source exists; read-only after.
+  var arming = Arming.byRegistration
 
   /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
   /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
@@ -496,7 +502,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// Not once the source is cancelled: its removal follows, with no re-arm before it.
   override func eventDone() {
     if Libdispatch.source_testcancel(raw) { return }
-    if alwaysReady {
+    if arming == .alwaysReady {
       Libdispatch.source_merge_data(raw, 1)
     } else {
       fence.rearm(self)
@@ -506,13 +512,10 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// The first start arms a watch that joined its descriptor's registration disarmed, or fires an
   /// always-ready one.
   override func startHook() {
-    if alwaysReady {
-      Libdispatch.source_merge_data(raw, 1)
-    } else if joinedDisarmed {
-      fence.start(self)
+    switch arming {
+    case .byRegistration: break
+    case .atStart: fence.start(self)
+    case .alwaysReady: Libdispatch.source_merge_data(raw, 1)
     }
   }
-
-  /// Makes this watch, which the fence refused (`.notPollable`), an always-ready one.
-  func watchAsAlwaysReady() { alwaysReady = true }
 }
