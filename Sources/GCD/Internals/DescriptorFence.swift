@@ -403,6 +403,11 @@ final class DescriptorFence: Sendable {
     if removed { Libdispatch.release(watch.raw) }
   }
 
+  /// Whether `watch` waits for the kernel now (tests: a merge disarms it until its handler ran).
+  func isArmed(_ watch: DescriptorWatch) -> Bool {
+    stripe(watch.descriptor).table.withLock { _ in watch.armed }
+  }
+
   private func registrationError(_ operation: String, _ error: Int32) -> GCDError {
     let detail: String? =
       switch error {
@@ -426,12 +431,19 @@ final class DescriptorFence: Sendable {
 /// A read or write source's state, and its watch of its descriptor in the fence: one object, so a
 /// fenced source costs no more objects than a plain one. The fence merges into its C source (`raw`,
 /// a DATA_OR source, retained while the watch is in the fence's table); its handlers see the
-/// estimate as `data`; each event handler re-arms it; its cancel path takes it out of the fence
-/// before the user's cancel handler, while the user's descriptor is still open.
+/// estimate as `data`; its cancel path takes it out of the fence before the user's cancel handler,
+/// while the user's descriptor is still open.
 ///
-/// `@unchecked Sendable`, as its superclass: the immutable fields are set in `init`; `armed`,
-/// `inTable` and the list links are read and written only under the fence's table lock
-/// (`DescriptorFence.Entry`).
+/// The re-arm never depends on a block the user controls: the C source's event block is the
+/// watch's own (`fire`), set when the watch is made and kept for the source's life; the user's
+/// handler (or the event sequence) is a field it calls. An event that finds no handler (the source
+/// was started before its handler was set) leaves the watch disarmed and marked `starved`, and
+/// setting a handler re-arms it, so the handler then sees what is ready, as a libdispatch read or
+/// write source does. Without that, libdispatch drops a merge that finds no block, the one-shot
+/// registration stays off, and no later data wakes the source (`ReadSourceTests`,
+/// `WriteSourceTests`: `handlerSetAfterResume`). The two sides meet under `handling`'s lock:
+/// whichever of `fire` (no handler) and `setHandler` comes second re-arms.
+///
 final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// Waiting for the kernel (counted in its entry's mask). Under the fence's table lock.
   var armed = false
@@ -465,6 +477,18 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// Set by `register` or `Source.create(descriptor:)` before the source exists; read-only after.
   var arming = Arming.byRegistration
 
+  /// What an event runs: the user's handler, or the event sequence's delivery.
+  enum Handler {
+    case plain(@Sendable () -> Void)
+    case value(@Sendable (UInt) -> Void)
+    case sequence
+  }
+
+  /// The handler (nil until one is set), whether an event found none (the watch is then disarmed
+  /// until one is set), and whether the cancel path let the handler go (a handler set later is
+  /// dropped at once: no event runs any more, and it must not keep the source).
+  private let handling = Mutex<(handler: Handler?, starved: Bool, ended: Bool)>((nil, false, false))
+
   /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
   /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
   /// read the estimate at once may both make the failing call once; each returns 1.
@@ -477,7 +501,39 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     self.descriptor = descriptor
     self.writable = writable
     super.init(raw: raw, queue: queue, cancelInstalled: true)
+    // The C source is inactive: set at once. The block captures this state alone.
+    Libdispatch.source_set_event_handler(raw) { [self] in fire() }
   }
+
+  /// The C source's event block: the handler, then the re-arm; no handler: no re-arm, `starved`.
+  private func fire() {
+    let handler = handling.withLock { handling -> Handler? in
+      if handling.handler == nil { handling.starved = true }
+      return handling.handler
+    }
+    guard let handler else { return }
+    switch handler {
+    case .plain(let body): inTargetFrame(body)
+    case .value(let body): inTargetFrame { body(estimate) }
+    case .sequence: inTargetFrame { sequenceEvent() }
+    }
+    eventDone()
+  }
+
+  /// Records `handler`; re-arms a watch whose event found none.
+  private func setHandler(_ handler: Handler) {
+    let starved = handling.withLock { handling in
+      guard !handling.ended else { return false }
+      handling.handler = handler
+      defer { handling.starved = false }
+      return handling.starved
+    }
+    if starved { eventDone() }
+  }
+
+  override func setEventHandler(_ handler: @escaping @Sendable () -> Void) { setHandler(.plain(handler)) }
+  override func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) { setHandler(.value(handler)) }
+  override func setSequenceHandler() { setHandler(.sequence) }
 
   /// What libdispatch reports as a read or write source's data when it watches the descriptor: the
   /// bytes queued to read (`SIOCINQ`, as `FIONREAD`; 0 at end of file), or for a write source the
@@ -492,15 +548,25 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     return UInt(clamping: bytes)
   }
 
-  /// Out of the fence before the user's cancel handler (which may close the descriptor).
+  /// Out of the fence before the user's cancel handler (which may close the descriptor), and the
+  /// event handler let go, as libdispatch frees a cancelled source's event block before it calls
+  /// the cancel handler: a handler that captures its source no longer keeps it (released outside
+  /// the lock: its captures' deinit may run any code).
   override func cleanup(first: Bool) {
-    if first { fence.unregister(self) }
+    guard first else { return }
+    fence.unregister(self)
+    let handler = handling.withLock { handling in
+      defer { (handling.handler, handling.ended) = (nil, true) }
+      return handling.handler
+    }
+    _ = handler
   }
 
   override func eventData() -> UInt { estimate }
 
-  /// Not once the source is cancelled: its removal follows, with no re-arm before it.
-  override func eventDone() {
+  /// After a handler: the watch waits for the kernel again (an always-ready one fires again). Not
+  /// once the source is cancelled: its removal follows, with no re-arm before it.
+  private func eventDone() {
     if Libdispatch.source_testcancel(raw) { return }
     if arming == .alwaysReady {
       Libdispatch.source_merge_data(raw, 1)
