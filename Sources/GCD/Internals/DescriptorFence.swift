@@ -119,6 +119,49 @@ final class DescriptorFence: Sendable {
       watch.armed = false
       if watch.writable { armedWriters -= 1 } else { armedReaders -= 1 }
     }
+
+    // The transitions: each runs under the stripe's lock and returns the mask to give the kernel
+    // (`EPOLL_CTL_MOD`, one-shot), or nil for no call; the caller records a modification that
+    // succeeded as `kernelMask`. Pure but for the watches' own flags, so the model test
+    // (`DescriptorFenceModelTests`) runs these very functions over every interleaving.
+
+    /// A record of the kernel's: `merge` each armed watch the events concern, which is disarmed;
+    /// the registration is off (one-shot), on again for the watches still armed.
+    mutating func record(readable: Bool, writable: Bool, merge: (DescriptorWatch) -> Void) -> UInt32? {
+      var next = first
+      while let watch = next {
+        next = watch.next
+        if watch.armed && (watch.writable ? writable : readable) {
+          merge(watch)
+          disarm(watch)
+        }
+      }
+      kernelMask = 0
+      return mask != 0 ? mask : nil
+    }
+
+    /// `watch` (in the entry, disarmed) waits again after its handler: no call when the kernel
+    /// reports its direction already (another armed watch asked for it, and nothing fired since).
+    mutating func rearm(_ watch: DescriptorWatch) -> UInt32? {
+      arm(watch)
+      return mask == kernelMask ? nil : mask
+    }
+
+    /// `watch` (in the entry, disarmed) arms at its first start: always a call, the watch's first,
+    /// which answers for a stale entry (`ENOENT`: the number was closed and reused).
+    mutating func start(_ watch: DescriptorWatch) -> UInt32 {
+      arm(watch)
+      return mask
+    }
+
+    /// `watch` leaves: true when it was the last, and the registration goes too (`EPOLL_CTL_DEL`);
+    /// otherwise no call — the remaining watches want what the kernel reports, or less, and a
+    /// record for the direction that left (one at most: one-shot) finds no armed watch to merge
+    /// into and re-arms for those that are (`record`).
+    mutating func unregister(_ watch: DescriptorWatch) -> Bool {
+      remove(watch)
+      return first == nil
+    }
   }
 
   /// One stripe's entries by descriptor number: an array the numbers index (they are small and
@@ -299,18 +342,9 @@ final class DescriptorFence: Sendable {
           let failed = events & system_epollError != 0
           let readable = failed || events & (system_epollIn | system_epollReadHangUp) != 0
           let writable = failed || events & system_epollOut != 0
-          var next = table.entries[descriptor]!.first
-          while let watch = next {
-            next = watch.next
-            if watch.armed && (watch.writable ? writable : readable) {
-              Libdispatch.source_merge_data(watch.raw, 1)
-              table.entries[descriptor]!.disarm(watch)
-            }
-          }
           // The record disabled the registration (one-shot): on again for the watches still armed.
-          table.entries[descriptor]!.kernelMask = 0
-          let mask = table.entries[descriptor]!.mask
-          if mask != 0,
+          if let mask = table.entries[descriptor]!.record(
+            readable: readable, writable: writable, merge: { Libdispatch.source_merge_data($0.raw, 1) }),
             system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key) == 0
           {
             table.entries[descriptor]!.kernelMask = mask
@@ -332,15 +366,13 @@ final class DescriptorFence: Sendable {
     let descriptor = watch.descriptor
     let stale: [DescriptorWatch] = stripe(descriptor).table.withLock { table in
       guard watch.inTable, !watch.armed else { return [] }
-      table.entries[descriptor]!.arm(watch)
-      let entry = table.entries[descriptor]!
-      // A call even when the kernel reports the direction already (another watch of it is armed):
-      // it is this watch's first, and the entry may be stale.
+      let mask = table.entries[descriptor]!.start(watch)
+      let generation = table.entries[descriptor]!.generation
       if system_epoll_control(
-        instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, entry.generation)) == 0
+        instance, modify: true, descriptor, events: mask | system_epollOneShot,
+        key: DescriptorFence.key(descriptor, generation)) == 0
       {
-        table.entries[descriptor]!.kernelMask = entry.mask
+        table.entries[descriptor]!.kernelMask = mask
         return []
       }
       guard system_errno == Errno.noSuchFileOrDirectory else { return [] }
@@ -364,18 +396,14 @@ final class DescriptorFence: Sendable {
     stripe(watch.descriptor).table.withLock { table in
       guard watch.inTable, !watch.armed else { return }
       let descriptor = watch.descriptor
-      table.entries[descriptor]!.arm(watch)
-      let entry = table.entries[descriptor]!
-      // The kernel reports this direction already (another armed watch asked for it, and nothing
-      // fired since): no call.
-      if entry.mask == entry.kernelMask { return }
+      guard let mask = table.entries[descriptor]!.rearm(watch) else { return }
       // A failure (the descriptor was closed under its source) leaves the watch silent, as the
       // kernel does.
       if system_epoll_control(
-        instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, entry.generation)) == 0
+        instance, modify: true, descriptor, events: mask | system_epollOneShot,
+        key: DescriptorFence.key(descriptor, table.entries[descriptor]!.generation)) == 0
       {
-        table.entries[descriptor]!.kernelMask = entry.mask
+        table.entries[descriptor]!.kernelMask = mask
       }
     }
   }
@@ -387,17 +415,12 @@ final class DescriptorFence: Sendable {
     let removed = stripe(watch.descriptor).table.withLock { table -> Bool in
       guard watch.inTable else { return false }
       let descriptor = watch.descriptor
-      table.entries[descriptor]!.remove(watch)
-      let entry = table.entries[descriptor]!
-      if entry.first == nil {
+      // A connection's two sources, cancelled together, cost one `EPOLL_CTL_DEL` and nothing for
+      // the first.
+      if table.entries[descriptor]!.unregister(watch) {
         table.entries[descriptor] = nil
         system_epoll_remove(instance, descriptor)
       }
-      // Otherwise the remaining watches want what the kernel reports, or less: no call. A record
-      // for the direction that left (one at most: one-shot) finds no armed watch to merge into
-      // and re-arms for those that are (`read`); a connection's two sources, cancelled together,
-      // cost one `EPOLL_CTL_DEL` and nothing for the first.
-
       return true
     }
     if removed { Libdispatch.release(watch.raw) }
@@ -486,8 +509,35 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   /// The handler (nil until one is set), whether an event found none (the watch is then disarmed
   /// until one is set), and whether the cancel path let the handler go (a handler set later is
-  /// dropped at once: no event runs any more, and it must not keep the source).
-  private let handling = Mutex<(handler: Handler?, starved: Bool, ended: Bool)>((nil, false, false))
+  /// dropped at once: no event runs any more, and it must not keep the source). Its transitions
+  /// are pure, so the model test (`DescriptorFenceModelTests`) runs them with the fence's.
+  struct Handling {
+    var handler: Handler?
+    var starved = false
+    var ended = false
+
+    /// An event: the handler to run, or nil, and the watch stays disarmed (`starved`).
+    mutating func event() -> Handler? {
+      if handler == nil { starved = true }
+      return handler
+    }
+
+    /// A handler is set: true when the watch is to re-arm (an event found none).
+    mutating func set(_ new: Handler) -> Bool {
+      guard !ended else { return false }
+      handler = new
+      defer { starved = false }
+      return starved
+    }
+
+    /// The cancel path: the handler, taken out to be released outside the lock.
+    mutating func end() -> Handler? {
+      defer { (handler, ended) = (nil, true) }
+      return handler
+    }
+  }
+
+  private let handling = Mutex(Handling())
 
   /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
   /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
@@ -507,11 +557,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   /// The C source's event block: the handler, then the re-arm; no handler: no re-arm, `starved`.
   private func fire() {
-    let handler = handling.withLock { handling -> Handler? in
-      if handling.handler == nil { handling.starved = true }
-      return handling.handler
-    }
-    guard let handler else { return }
+    guard let handler = handling.withLock({ $0.event() }) else { return }
     switch handler {
     case .plain(let body): inTargetFrame(body)
     case .value(let body): inTargetFrame { body(estimate) }
@@ -522,13 +568,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   /// Records `handler`; re-arms a watch whose event found none.
   private func setHandler(_ handler: Handler) {
-    let starved = handling.withLock { handling in
-      guard !handling.ended else { return false }
-      handling.handler = handler
-      defer { handling.starved = false }
-      return handling.starved
-    }
-    if starved { eventDone() }
+    if handling.withLock({ $0.set(handler) }) { eventDone() }
   }
 
   override func setEventHandler(_ handler: @escaping @Sendable () -> Void) { setHandler(.plain(handler)) }
@@ -555,10 +595,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   override func cleanup(first: Bool) {
     guard first else { return }
     fence.unregister(self)
-    let handler = handling.withLock { handling in
-      defer { (handling.handler, handling.ended) = (nil, true) }
-      return handling.handler
-    }
+    let handler = handling.withLock { $0.end() }
     _ = handler
   }
 
