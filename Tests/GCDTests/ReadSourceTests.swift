@@ -279,4 +279,32 @@ struct ReadSourceTests {
     #expect(fired.wait())
     #expect(cancelled.wait())
   }
+
+  @Test(
+    "a handler set while the source's first event is delivered runs: 200 rounds of the race between the two",
+    .timeLimit(.minutes(2)))
+  func handlerSetRacesTheFirstEvent() {
+    for round in 0..<200 {
+      let (left, right) = makeSocketPair()
+      let source = try! ReadSource(fileDescriptor: left, queue: Queue(label: "read.race"))
+      let cancelled = Event()
+      source.setCancelHandler {
+        close(left)
+        cancelled.signal()
+      }
+      _ = write(right, "x", 1)
+      // The event (merged by the fence's reader as soon as the source starts) and the handler's
+      // setting race: whichever comes second runs the handler, or re-arms the watch for it.
+      source.resume()
+      let fired = Event()
+      source.setEventHandler { [unowned source] _ in
+        var byte: UInt8 = 0
+        if read(left, &byte, 1) == 1 { fired.signal() }
+        source.cancel()
+      }
+      #expect(fired.wait(), "round \(round)")
+      #expect(cancelled.wait())
+      close(right)
+    }
+  }
 }
