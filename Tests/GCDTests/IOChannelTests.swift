@@ -1487,10 +1487,11 @@ extension IOChannelTests {
     "a stream channel made from one that already ended touches no descriptor: its reads and writes end with ECANCELED, its cleanup gets -1",
     .timeLimit(.minutes(1)))
   func channelFromEndedChannel() async {
-    let (mine, _) = blockingSocketPair()
+    let (mine, minePeer) = blockingSocketPair()
     let (other, otherPeer) = blockingSocketPair()
     defer {
       close(mine)
+      close(minePeer)
       close(other)
       close(otherPeer)
     }
@@ -1522,6 +1523,29 @@ extension IOChannelTests {
     #expect(await eventually { secondCleanup.ran.isSignaled })
     #expect(secondCleanup.descriptor.withLock { $0 } == -1)
     #expect(!isNonBlocking(mine), "the other connection's flags were changed")
+  }
+
+  @Test(
+    "a stream channel made from one closed while its read still waits ends its operations with ECANCELED, as libdispatch's does",
+    .timeLimit(.minutes(1)))
+  func channelFromClosedChannel() async {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let firstCleanup = Cleanup()
+    let secondCleanup = Cleanup(closes: false)
+    let first = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: firstCleanup.handler)
+    let waiting = Operation()
+    first.read(length: 3, queue: queue, handler: waiting.handler)
+    first.close()
+    let second = IOChannel(channel: first, type: .stream, queue: queue, cleanup: secondCleanup.handler)
+    let read = Operation()
+    second.read(length: 3, queue: queue, handler: read.handler)
+    #expect(await eventually { read.finished.isSignaled && secondCleanup.ran.isSignaled })
+    #expect(read.finalError == ECANCELED)
+    #expect(secondCleanup.descriptor.withLock { $0 } == -1)
+    write(writeEnd, [1, 2, 3])
+    close(writeEnd)
+    #expect(await eventually { waiting.finished.isSignaled && firstCleanup.ran.isSignaled })
+    #expect(waiting.received == [1, 2, 3], "the closed channel's read did not run to its end")
   }
 
   @Test(
