@@ -1549,6 +1549,29 @@ extension IOChannelTests {
   }
 
   @Test(
+    "a random-access channel made from a socket channel ends its reads with ESPIPE and its cleanup gets -1, leaving the socket to its channel",
+    .timeLimit(.minutes(1)))
+  func randomAccessFromSocketChannel() async throws {
+    let (mine, peer) = blockingSocketPair()
+    defer { close(peer) }
+    let firstCleanup = Cleanup()
+    let secondCleanup = Cleanup()
+    let first = IOChannel(fileDescriptor: mine, type: .stream, queue: queue, cleanup: firstCleanup.handler)
+    let second = IOChannel(channel: first, type: .randomAccess, queue: queue, cleanup: secondCleanup.handler)
+    let read = Operation()
+    second.read(length: 10, queue: queue, handler: read.handler)
+    #expect(await eventually { read.finished.isSignaled && secondCleanup.ran.isSignaled })
+    #expect(read.finalError == ESPIPE)
+    #expect(secondCleanup.descriptor.withLock { $0 } == -1, "the cleanup was handed the socket channel's descriptor")
+    try await first.write([1, 2, 3])
+    var bytes = [UInt8](repeating: 0, count: 3)
+    #expect(recv(peer, &bytes, 3, Int32(MSG_WAITALL)) == 3)
+    #expect(bytes == [1, 2, 3])
+    first.close()
+    #expect(await eventually { firstCleanup.ran.isSignaled })
+  }
+
+  @Test(
     "a channel made from a closed file channel (a C channel) ends its reads with ECANCELED, and its cleanup gets -1, not the number",
     .timeLimit(.minutes(1)))
   func channelFromClosedFileChannel() async throws {

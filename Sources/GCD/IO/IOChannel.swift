@@ -189,7 +189,11 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// Made from a channel that is already closed (its descriptor may be
   /// gone, and its number another file's), the new channel never touches
   /// the number: every operation ends with `ECANCELED`, ``fileDescriptor``
-  /// is -1, and `cleanup` runs at once with -1.
+  /// is -1, and `cleanup` runs at once with -1. A channel that cannot use
+  /// the descriptor for another reason (random access over a pipe, a
+  /// socket or a terminal: `ESPIPE`; a `channel` over an unusable
+  /// descriptor: its errno) reports that errno to every operation, and its
+  /// cleanup also gets -1: the descriptor is not its to close.
   ///
   /// - Parameters:
   ///   - channel: The channel whose descriptor to share.
@@ -202,7 +206,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     channel: IOChannel, type: ChannelType, queue: Queue, cleanup: @escaping @Sendable (Int32) -> Void = { _ in }
   ) {
     system_catchBrokenPipe()
-    var descriptor = channel.reader.descriptor
+    let descriptor = channel.reader.descriptor
     self.type = type
     reader = ChannelReader(descriptor: descriptor)
     var failure = channel.failure
@@ -215,15 +219,11 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       return
     }
     if failure == 0, let parent = channel.engine {
-      // Random access over a pipe, a socket or a character device; the number is asked about only
-      // while its channel is open.
-      if parent.closedFlag.load(ordering: .acquiring) {
-        failure = Errno.canceled
-        descriptor = -1
-      } else {
-        failure = Errno.illegalSeek
-      }
-    } else if failure == 0, let status = system_fstat(descriptor), status.isStream, type == .randomAccess {
+      // Random access over a pipe, a socket or a character device.
+      failure = parent.closedFlag.load(ordering: .acquiring) ? Errno.canceled : Errno.illegalSeek
+    } else if failure == 0, type == .randomAccess, channel.fileDescriptor >= 0,  // asked only while open
+      let status = system_fstat(descriptor), status.isStream
+    {
       failure = Errno.illegalSeek
     }
     engine = nil
@@ -232,7 +232,8 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       self.writer = nil
       self.failure = failure
       dropStopsRaw = false
-      queue.async { [descriptor] in cleanup(descriptor) }
+      // The descriptor is not this channel's to close.
+      queue.async { cleanup(-1) }
       return
     }
     // A channel made from one whose writes have a C channel of their own
