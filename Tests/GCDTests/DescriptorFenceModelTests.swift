@@ -23,6 +23,17 @@ import Testing
 // running. The check proves none is reachable, and that the same check finds one when the fix of
 // defect 1 is taken out (a handler set after the source's first event never re-arms it).
 
+/// Two values, one per source: a state's fields copy as plain values (no array to retain).
+private struct Pair<Value> {
+  var first: Value
+  var second: Value
+  init(_ value: Value) { (first, second) = (value, value) }
+  subscript(index: Int) -> Value {
+    get { index == 0 ? first : second }
+    set { if index == 0 { first = newValue } else { second = newValue } }
+  }
+}
+
 /// One source's part of a state.
 private struct SourceModel: Hashable {
   enum Phase: Hashable {
@@ -54,12 +65,14 @@ private struct ModelState {
   var armedReaders = 0
   var armedWriters = 0
   var kernelMask: UInt32 = 0
-  var order: [Int] = []
-  var armed = [false, false]
-  var inTable = [false, false]
-  var atStart = [false, false]
-  var handling = [DescriptorWatch.Handling(), DescriptorWatch.Handling()]
-  var sources = [SourceModel(), SourceModel()]
+  /// The entry's list: how many watches, and the first one's index (the other follows it).
+  var listed = 0
+  var firstListed = 0
+  var armed = Pair(false)
+  var inTable = Pair(false)
+  var atStart = Pair(false)
+  var handling = Pair(DescriptorWatch.Handling())
+  var sources = Pair(SourceModel())
   // The kernel.
   var registeredInKernel = false
   var kernelArmed: UInt32 = 0
@@ -72,40 +85,59 @@ private struct ModelState {
   var arrivals = 2
 
   /// The state in one word (56 bits used), for the set of states seen: every field is a few bits.
+  /// Straight-line shifts: the test target is a debug build, where helper calls cost most of the
+  /// exploration.
   var key: UInt64 {
     var word: UInt64 = 0
-    func put(_ value: Int, bits: Int) { word = word << UInt64(bits) | UInt64(value) }
-    func put(_ flag: Bool) { put(flag ? 1 : 0, bits: 1) }
-    func put(mask: UInt32) {
-      put(mask & FenceModel.readable != 0)
-      put(mask & FenceModel.writable != 0)
-    }
-    put(entryPresent)
-    put(armedReaders, bits: 2)
-    put(armedWriters, bits: 2)
-    put(mask: kernelMask)
-    put(arrivals, bits: 2)
-    put(order.count, bits: 2)
-    put(order.first ?? 0, bits: 1)
-    for index in 0..<2 {
-      put(armed[index])
-      put(inTable[index])
-      put(atStart[index])
-      put(handling[index].handler != nil)
-      put(handling[index].starved)
-      put(handling[index].ended)
-      let source = sources[index]
-      for flag in [
-        source.registered, source.started, source.suspendedOnce, source.suspended, source.handlerSetOnce,
-        source.cancelRequested, source.cancelDone, source.mergePending, source.rearmPending,
-      ] { put(flag) }
-      put(source.phase == .idle ? 0 : source.phase == .handling ? 1 : 2, bits: 2)
-    }
-    put(registeredInKernel)
-    put(mask: kernelArmed)
-    put(mask: ready)
-    put(mask: queued)
-    put(mask: fetched)
+    word = word << 1 | (entryPresent ? 1 : 0)
+    word = word << 2 | UInt64(armedReaders)
+    word = word << 2 | UInt64(armedWriters)
+    word = word << 1 | (kernelMask & FenceModel.readable != 0 ? 1 : 0)
+    word = word << 1 | (kernelMask & FenceModel.writable != 0 ? 1 : 0)
+    word = word << 2 | UInt64(arrivals)
+    word = word << 2 | UInt64(listed)
+    word = word << 1 | UInt64(firstListed)
+    word = word << 1 | (armed.first ? 1 : 0)
+    word = word << 1 | (inTable.first ? 1 : 0)
+    word = word << 1 | (atStart.first ? 1 : 0)
+    word = word << 1 | (handling.first.handler != nil ? 1 : 0)
+    word = word << 1 | (handling.first.starved ? 1 : 0)
+    word = word << 1 | (handling.first.ended ? 1 : 0)
+    word = word << 1 | (sources.first.registered ? 1 : 0)
+    word = word << 1 | (sources.first.started ? 1 : 0)
+    word = word << 1 | (sources.first.suspendedOnce ? 1 : 0)
+    word = word << 1 | (sources.first.suspended ? 1 : 0)
+    word = word << 1 | (sources.first.handlerSetOnce ? 1 : 0)
+    word = word << 1 | (sources.first.cancelRequested ? 1 : 0)
+    word = word << 1 | (sources.first.cancelDone ? 1 : 0)
+    word = word << 1 | (sources.first.mergePending ? 1 : 0)
+    word = word << 1 | (sources.first.rearmPending ? 1 : 0)
+    word = word << 2 | (sources.first.phase == .idle ? 0 : sources.first.phase == .handling ? 1 : 2)
+    word = word << 1 | (armed.second ? 1 : 0)
+    word = word << 1 | (inTable.second ? 1 : 0)
+    word = word << 1 | (atStart.second ? 1 : 0)
+    word = word << 1 | (handling.second.handler != nil ? 1 : 0)
+    word = word << 1 | (handling.second.starved ? 1 : 0)
+    word = word << 1 | (handling.second.ended ? 1 : 0)
+    word = word << 1 | (sources.second.registered ? 1 : 0)
+    word = word << 1 | (sources.second.started ? 1 : 0)
+    word = word << 1 | (sources.second.suspendedOnce ? 1 : 0)
+    word = word << 1 | (sources.second.suspended ? 1 : 0)
+    word = word << 1 | (sources.second.handlerSetOnce ? 1 : 0)
+    word = word << 1 | (sources.second.cancelRequested ? 1 : 0)
+    word = word << 1 | (sources.second.cancelDone ? 1 : 0)
+    word = word << 1 | (sources.second.mergePending ? 1 : 0)
+    word = word << 1 | (sources.second.rearmPending ? 1 : 0)
+    word = word << 2 | (sources.second.phase == .idle ? 0 : sources.second.phase == .handling ? 1 : 2)
+    word = word << 1 | (registeredInKernel ? 1 : 0)
+    word = word << 1 | (kernelArmed & FenceModel.readable != 0 ? 1 : 0)
+    word = word << 1 | (kernelArmed & FenceModel.writable != 0 ? 1 : 0)
+    word = word << 1 | (ready & FenceModel.readable != 0 ? 1 : 0)
+    word = word << 1 | (ready & FenceModel.writable != 0 ? 1 : 0)
+    word = word << 1 | (queued & FenceModel.readable != 0 ? 1 : 0)
+    word = word << 1 | (queued & FenceModel.writable != 0 ? 1 : 0)
+    word = word << 1 | (fetched & FenceModel.readable != 0 ? 1 : 0)
+    word = word << 1 | (fetched & FenceModel.writable != 0 ? 1 : 0)
     return word
   }
 }
@@ -146,11 +178,12 @@ private final class FenceModel {
     }
     guard state.entryPresent else { return nil }
     var entry = DescriptorFence.Entry(generation: 1)
-    for (position, index) in state.order.enumerated() {
-      if position > 0 { watches[index].previous = watches[state.order[position - 1]] }
-      if position + 1 < state.order.count { watches[index].next = watches[state.order[position + 1]] }
+    if state.listed > 0 { entry.first = watches[state.firstListed] }
+    if state.listed == 2 {
+      let (first, second) = (watches[state.firstListed], watches[1 - state.firstListed])
+      first.next = second
+      second.previous = first
     }
-    entry.first = state.order.first.map { watches[$0] }
     entry.armedReaders = state.armedReaders
     entry.armedWriters = state.armedWriters
     entry.kernelMask = state.kernelMask
@@ -165,11 +198,11 @@ private final class FenceModel {
       state.atStart[index] = watch.arming == .atStart
     }
     state.entryPresent = entry != nil
-    state.order = []
-    var next = entry?.first
-    while let watch = next {
-      state.order.append(watches.firstIndex { $0 === watch }!)
-      next = watch.next
+    state.listed = 0
+    state.firstListed = 0
+    if let first = entry?.first {
+      state.listed = first.next == nil ? 1 : 2
+      state.firstListed = first === watches[0] ? 0 : 1
     }
     state.armedReaders = entry?.armedReaders ?? 0
     state.armedWriters = entry?.armedWriters ?? 0
@@ -458,12 +491,19 @@ private final class FenceModel {
 
 @Suite("DescriptorFence model")
 struct DescriptorFenceModelTests {
+  /// The exploration (seconds of work in a debug build) on a queue of its own, off the cooperative
+  /// pool, whose two threads on this machine the other tests' tasks need.
+  private func explore(_ model: FenceModel, stopAtLost: Bool = false) async -> FenceModel.Outcome {
+    nonisolated(unsafe) let model = model
+    return await Queue(label: "fence.model.explore").run { model.explore(stopAtLost: stopAtLost) }
+  }
+
   @Test(
     "no interleaving of two sources on one descriptor, the reader and the kernel loses an event",
     arguments: [("a read and a write source", [false, true]), ("two read sources", [false, false])])
-  func noLostEvent(shape: String, writable: [Bool]) throws {
+  func noLostEvent(shape: String, writable: [Bool]) async throws {
     let model = try FenceModel(writable: writable)
-    let outcome = model.explore()
+    let outcome = await explore(model)
     print(
       "DescriptorFence model, \(shape): \(outcome.states) states, \(outcome.transitions) transitions, "
         + "\(outcome.statesAtRest) at rest; lost events: \(outcome.lost == nil ? "none" : "found")")
@@ -474,9 +514,9 @@ struct DescriptorFenceModelTests {
   }
 
   @Test("the same check finds the lost event of defect 1 when its fix is taken out")
-  func findsDefect1() throws {
+  func findsDefect1() async throws {
     let model = try FenceModel(writable: [false, true], withoutDefect1Fix: true)
-    let outcome = model.explore(stopAtLost: true)
+    let outcome = await explore(model, stopAtLost: true)
     let trace = try #require(outcome.lost)
     print("DescriptorFence model without defect 1's fix: \(trace.joined(separator: " → "))")
     #expect(trace.contains { $0.hasSuffix("handler set") })
