@@ -311,3 +311,51 @@ private func raceRegistrationWindow(rounds: Int) {
     withExtendedLifetime(events) {}
   }
 }
+
+/// A signal sequence's sources never depend on the user's queue after the call either: the scope
+/// of `withSignals` ends, and the deliveries come, while the queue stays suspended or inactive; and
+/// no source is retargeted once active, which `LIBDISPATCH_STRICT=1` would stop.
+extension RegistrationTests {
+  @Test("withSignals on a queue that stays suspended or inactive: the deliveries come and the scope ends")
+  func scopedOnHeldQueue() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        for (placement, signal) in zip([QueuePlacement.suspended, .inactive], [SIGUSR1, SIGUSR2]) {
+          let queue = placement.makeQueue()
+          let none = try await SignalSource.withSignals([signal], queue: queue) { _ in 0 }
+          childCheck(none == 0, "\(placement): the empty scope")
+          let seen = try await SignalSource.withSignals([signal], queue: queue) { signals in
+            kill(getpid(), signal)
+            for await delivered in signals { return delivered }
+            return 0
+          }
+          childCheck(seen == signal, "\(placement): \(seen)")
+          placement.start(queue)
+        }
+        endChild("ok")
+      })
+  }
+
+  /// libdispatch reads `LIBDISPATCH_STRICT` once, when it starts: the child runs this exit test
+  /// again in a process that starts with it (`execv` of itself, same arguments and environment).
+  @Test("sequence(of:queue:) on its own serial queue under LIBDISPATCH_STRICT=1: a signal is delivered, no trap")
+  func strictOwnQueue() async {
+    await #expect(processExitsWith: .success) {
+      bound()
+      if getenv("LIBDISPATCH_STRICT") == nil {
+        setenv("LIBDISPATCH_STRICT", "1", 1)
+        execv("/proc/self/exe", CommandLine.unsafeArgv)
+        exit(4)
+      }
+      for round in 0..<20 {
+        let queue = Queue(label: "registration.strict")
+        let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2], queue: queue)
+        kill(getpid(), round.isMultiple(of: 2) ? SIGUSR1 : SIGUSR2)
+        var iterator = signals.makeAsyncIterator()
+        guard await iterator.next() != nil else { exit(5) }
+      }
+      exit(0)
+    }
+  }
+}

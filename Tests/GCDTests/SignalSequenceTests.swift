@@ -160,3 +160,81 @@ struct SignalSequenceTests {
       })
   }
 }
+
+/// `withSignals`' sequence serves several iterators: each delivery goes to one waiting consumer,
+/// the one waiting longest; the end of the scope resumes every waiting consumer with nil, and a
+/// cancelled consumer's `next()` returns nil at once while the others wait on.
+extension SignalSequenceTests {
+  /// A real-time signal no test sends: the consumers wait from their first `next()` on.
+  static let unsentSignal = __libc_current_sigrtmin() + 9
+
+  @Test("withSignals: two iterating tasks; the scope ends; both return nil", .timeLimit(.minutes(1)))
+  func scopedTwoIterators() async throws {
+    let (first, second) = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
+      let storage = signals.storage
+      let first = Task { () -> Int32? in
+        var iterator = signals.makeAsyncIterator()
+        return await iterator.next()
+      }
+      #expect(await eventually { storage.waitingConsumers == 1 })
+      let second = Task { () -> Int32? in
+        var iterator = signals.makeAsyncIterator()
+        return await iterator.next()
+      }
+      #expect(await eventually { storage.waitingConsumers == 2 })
+      return (first, second)
+    }
+    #expect(await first.value == nil)
+    #expect(await second.value == nil)
+  }
+
+  @Test("withSignals: of two waiting tasks, a cancelled one returns nil; the other waits for the end", .timeLimit(.minutes(1)))
+  func scopedCancelledIterator() async throws {
+    let other = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
+      let storage = signals.storage
+      let cancelled = Task { () -> Int32? in
+        var iterator = signals.makeAsyncIterator()
+        return await iterator.next()
+      }
+      #expect(await eventually { storage.waitingConsumers == 1 })
+      let other = Task { () -> Int32? in
+        var iterator = signals.makeAsyncIterator()
+        return await iterator.next()
+      }
+      #expect(await eventually { storage.waitingConsumers == 2 })
+      cancelled.cancel()
+      #expect(await cancelled.value == nil)
+      #expect(storage.waitingConsumers == 1)
+      return other
+    }
+    #expect(await other.value == nil)
+  }
+
+  @Test("withSignals: each delivery goes to one waiting consumer, the one waiting longest")
+  func scopedDeliveriesFIFO() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        alarm(30)
+        let got = try await SignalSource.withSignals([SIGUSR1, SIGUSR2]) { signals in
+          let storage = signals.storage
+          let first = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
+          let second = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          kill(getpid(), SIGUSR1)
+          let one = await first.value
+          childCheck(storage.waitingConsumers == 1, "the delivery woke \(2 - storage.waitingConsumers)")
+          kill(getpid(), SIGUSR2)
+          return [one, await second.value]
+        }
+        childCheck(got == [SIGUSR1, SIGUSR2], "got \(got)")
+        endChild("ok")
+      })
+  }
+}

@@ -316,6 +316,9 @@ final class SignalDeliveries: Sendable {
     }
   }
 
+  /// How many consumers wait in `next()` (tests).
+  var waitingConsumers: Int { state.withLock { $0.consumer == nil ? 0 : 1 } }
+
   /// Makes the one iterator of `sequence(of:)`; false for a second one.
   func claimIterator() -> Bool { state.claimIterator() }
 
