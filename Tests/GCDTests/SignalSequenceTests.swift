@@ -103,7 +103,7 @@ struct SignalSequenceTests {
       for await _ in signals { count += 1 }
       return count
     }
-    #expect(await eventually { storage.state.withLock { $0.consumer != nil } })
+    #expect(await eventually { storage.waitingConsumers == 1 })
     signals.cancel()
     #expect(await consumer.value == 0)
     #expect(storage.sources.allSatisfy { $0.isCancelled })
@@ -168,46 +168,60 @@ extension SignalSequenceTests {
   /// A real-time signal no test sends: the consumers wait from their first `next()` on.
   static let unsentSignal = __libc_current_sigrtmin() + 9
 
+  // In exit-test children bounded by `alarm(30)`: a consumer that is never resumed would hang the
+  // whole test process (a time limit records an issue but cannot end a task that never resumes).
   @Test("withSignals: two iterating tasks; the scope ends; both return nil", .timeLimit(.minutes(1)))
-  func scopedTwoIterators() async throws {
-    let (first, second) = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
-      let storage = signals.storage
-      let first = Task { () -> Int32? in
-        var iterator = signals.makeAsyncIterator()
-        return await iterator.next()
-      }
-      #expect(await eventually { storage.waitingConsumers == 1 })
-      let second = Task { () -> Int32? in
-        var iterator = signals.makeAsyncIterator()
-        return await iterator.next()
-      }
-      #expect(await eventually { storage.waitingConsumers == 2 })
-      return (first, second)
-    }
-    #expect(await first.value == nil)
-    #expect(await second.value == nil)
+  func scopedTwoIterators() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        alarm(30)
+        let (first, second) = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
+          let storage = signals.storage
+          let first = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
+          let second = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          return (first, second)
+        }
+        childCheck(await first.value == nil, "the first got a signal")
+        childCheck(await second.value == nil, "the second got a signal")
+        endChild("ok")
+      })
   }
 
-  @Test("withSignals: of two waiting tasks, a cancelled one returns nil; the other waits for the end", .timeLimit(.minutes(1)))
-  func scopedCancelledIterator() async throws {
-    let other = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
-      let storage = signals.storage
-      let cancelled = Task { () -> Int32? in
-        var iterator = signals.makeAsyncIterator()
-        return await iterator.next()
-      }
-      #expect(await eventually { storage.waitingConsumers == 1 })
-      let other = Task { () -> Int32? in
-        var iterator = signals.makeAsyncIterator()
-        return await iterator.next()
-      }
-      #expect(await eventually { storage.waitingConsumers == 2 })
-      cancelled.cancel()
-      #expect(await cancelled.value == nil)
-      #expect(storage.waitingConsumers == 1)
-      return other
-    }
-    #expect(await other.value == nil)
+  @Test(
+    "withSignals: of two waiting tasks, a cancelled one returns nil; the other waits for the end",
+    .timeLimit(.minutes(1)))
+  func scopedCancelledIterator() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        alarm(30)
+        let other = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
+          let storage = signals.storage
+          let cancelled = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
+          let other = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          cancelled.cancel()
+          childCheck(await cancelled.value == nil, "the cancelled one got a signal")
+          childCheck(storage.waitingConsumers == 1, "\(storage.waitingConsumers) wait after the cancellation")
+          return other
+        }
+        childCheck(await other.value == nil, "the other got a signal")
+        endChild("ok")
+      })
   }
 
   @Test("withSignals: each delivery goes to one waiting consumer, the one waiting longest")
