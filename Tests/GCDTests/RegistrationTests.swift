@@ -337,25 +337,45 @@ extension RegistrationTests {
       })
   }
 
-  /// libdispatch reads `LIBDISPATCH_STRICT` once, when it starts: the child runs this exit test
-  /// again in a process that starts with it (`execv` of itself, same arguments and environment).
-  @Test("sequence(of:queue:) on its own serial queue under LIBDISPATCH_STRICT=1: a signal is delivered, no trap")
-  func strictOwnQueue() async {
-    await #expect(processExitsWith: .success) {
-      bound()
-      if getenv("LIBDISPATCH_STRICT") == nil {
-        setenv("LIBDISPATCH_STRICT", "1", 1)
-        execv("/proc/self/exe", CommandLine.unsafeArgv)
-        exit(4)
-      }
-      for round in 0..<20 {
-        let queue = Queue(label: "registration.strict")
-        let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2], queue: queue)
-        kill(getpid(), round.isMultiple(of: 2) ? SIGUSR1 : SIGUSR2)
-        var iterator = signals.makeAsyncIterator()
-        guard await iterator.next() != nil else { exit(5) }
-      }
-      exit(0)
+  /// libdispatch reads `LIBDISPATCH_STRICT` once, when it starts: this test runs
+  /// `strictOwnQueueChild` in a new process of this test binary that starts with it (an exit
+  /// test's child inherits the parent's libdispatch mode). Before the fix the package gave each
+  /// source its user's queue as a new target once active, and the child died of SIGILL.
+  @Test(
+    "sequence(of:queue:) on its own serial queue under LIBDISPATCH_STRICT=1: a signal is delivered, no trap",
+    .timeLimit(.minutes(1)))
+  func strictOwnQueue() throws {
+    var ends: [Int32] = [-1, -1]
+    #expect(pipe(&ends) == 0)
+    // Close-on-exec: no other test's child inherits the write end (and holds the output open).
+    for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+    let pid = try spawnProcess(
+      "/proc/self/exe", ["--testing-library", "swift-testing", "--filter", "strictOwnQueueChild"],
+      stdout: ends[1], environment: ["LIBDISPATCH_STRICT=1", "GCD_STRICT_CHILD=1"])
+    close(ends[1])
+    let output = readToEnd(ends[0])
+    close(ends[0])
+    let status = reapProcess(pid)
+    #expect(status == 0, "the child's wait status: \(status)\n\(output)")
+    #expect(output == "strict child: 20 rounds\n", "the child's output: \(output)")
+  }
+
+  /// The child of `strictOwnQueue` (skipped unless it is that child).
+  @Test(
+    "strictOwnQueue's child: sequence(of:queue:) on its own serial queue, 20 rounds",
+    .enabled(if: getenv("GCD_STRICT_CHILD") != nil))
+  func strictOwnQueueChild() async throws {
+    bound()
+    for round in 0..<20 {
+      let queue = Queue(label: "registration.strict")
+      let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2], queue: queue)
+      let signal = round.isMultiple(of: 2) ? SIGUSR1 : SIGUSR2
+      kill(getpid(), signal)
+      var iterator = signals.makeAsyncIterator()
+      #expect(await iterator.next() == signal)
     }
+    // Standard output is the parent's pipe (the testing library writes to standard error).
+    let text = Array("strict child: 20 rounds\n".utf8)
+    _ = text.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
   }
 }
