@@ -201,14 +201,27 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_event_handler`.
   public final func setEventHandler(_ handler: @escaping @Sendable () -> Void) {
-    Libdispatch.source_set_event_handler(raw, state.block(handler))
+    let state = state
+    if state.staysOnRegistrationQueue {
+      Libdispatch.source_set_event_handler(raw, state.block { state.sendToTarget(handler) })
+    } else {
+      Libdispatch.source_set_event_handler(raw, state.block(handler))
+    }
   }
 
   /// Sets `handler` as the event handler, called with the event's data as
   /// `data` reads it (`SourceState.eventData`), so the handler never holds the source.
   /// What each type's `setEventHandler { value in }` calls.
+  ///
+  /// On a source a signal sequence started (it stays on the package's registration queue), the
+  /// user's handler is sent on to the source's queue, with the value read where the event is.
   final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    Libdispatch.source_set_event_handler(raw, state.valueBlock(handler))
+    let state = state
+    if state.staysOnRegistrationQueue {
+      Libdispatch.source_set_event_handler(raw, state.valueBlock { value in state.sendToTarget { handler(value) } })
+    } else {
+      Libdispatch.source_set_event_handler(raw, state.valueBlock(handler))
+    }
   }
 
   /// Sets a C function as the event handler; it is called with `context`,
@@ -232,7 +245,12 @@ public class Source: GCDObject, @unchecked Sendable {
     // every handler of the package runs), with the context read at each call
     // as `dispatch_source_set_event_handler_f` does.
     let state = state
-    Libdispatch.source_set_event_handler(raw, state.block { function(Libdispatch.get_context(state.raw)) })
+    if state.staysOnRegistrationQueue {
+      Libdispatch.source_set_event_handler(
+        raw, state.block { state.sendToTarget { function(Libdispatch.get_context(state.raw)) } })
+    } else {
+      Libdispatch.source_set_event_handler(raw, state.block { function(Libdispatch.get_context(state.raw)) })
+    }
   }
 
   /// Sets the closure run once after `cancel()` takes effect: the place to

@@ -162,6 +162,9 @@ extension Source {
     // Set before the C source is activated: libdispatch installs a handler set on an active source
     // asynchronously. Meanwhile the word says active, so a `resume()` stops as on any running
     // source, and a `cancel()` leaves the start to this call.
+    // A source that registers on `Registration.queue` stays there: said before its event block is
+    // set, so that a user's event handler set beside the start is sent on to the user's queue.
+    if losesEventsBeforeRegistration { state.startRegistering() }
     state.beginSequence(self)
     if losesEventsBeforeRegistration {
       Source.startRegistered([self])
