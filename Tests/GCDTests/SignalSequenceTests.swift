@@ -252,3 +252,22 @@ extension SignalSequenceTests {
       })
   }
 }
+
+extension SignalSequenceTests {
+  @Test("sequence(ofObservable:) never throws: what canObserve rejects is left out, a repeat counts once")
+  func observableNeverThrows() {
+    // SIGWINCH and SIGURG are ignored by default (and owned by SourceEventsTests: not sent here).
+    let signals = SignalSource.sequence(ofObservable: [SIGKILL, SIGWINCH, 0, SIGSEGV, SIGURG, SIGWINCH, 32])
+    let sources = signals.owner.storage.sources
+    #expect(sources.map(\.signal) == [SIGWINCH, SIGURG])
+    signals.cancel()
+    #expect(sources.allSatisfy { $0.isCancelled })
+  }
+
+  @Test("sequence(ofObservable:) of nothing observable ends at once")
+  func observableNoneEnds() async {
+    var count = 0
+    for await _ in SignalSource.sequence(ofObservable: [SIGKILL, SIGSTOP]) { count += 1 }
+    #expect(count == 0)
+  }
+}
