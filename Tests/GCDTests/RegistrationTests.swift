@@ -204,8 +204,8 @@ extension RegistrationTests {
         signal(SIGUSR2, SIG_IGN)
         let rounds = runningUnderSanitizer ? 50 : 400
         for round in 0..<rounds {
-          // A queue of the user's: the sources are pointed at it after registering (a new target
-          // after activation), and the signal sent at once must come through it.
+          // A queue of the user's: the sources stay on the package's queue after registering (never
+          // a new target after activation), and the signal sent at once must come.
           let queue = Queue(label: "registration.rounds")
           let seen = try await SignalSource.withSignals([SIGUSR2, SIGUSR1], queue: queue) { signals in
             kill(getpid(), SIGUSR2)
@@ -219,10 +219,10 @@ extension RegistrationTests {
   }
 
   /// The source and its sequence dropped right after `makeEvents()`: the drop cancels the source,
-  /// whose cancel block may run on the registration queue before the source's new target took
-  /// effect, and must still send the user's cancel handler on to the source's queue, once, while
-  /// the caller's references are gone: the handlers box holds the queue for it
-  /// (`SourceHandlers.Hooks.heldTarget`).
+  /// whose cancel block runs on the registration queue (the source stays there) and must still
+  /// send the user's cancel handler on to the source's queue, once, while the caller's references
+  /// are gone: the state holds the queue for it (`SourceState.locked.queue`), and the C source
+  /// its +1 of `startRegistering`.
   @Test("a signal source dropped with its sequence and its queue at once: its cancel handler runs on that queue")
   func droppedWithItsQueue() async {
     expectChildPassed(
@@ -249,11 +249,11 @@ extension RegistrationTests {
   }
 
   /// The registration window, raced: a `cancel()` or a `setTarget(_:)` from another thread while a
-  /// signal sequence's source still targets the package's registration queue. Interleavings: the cancel
-  /// lands before the registration block (the cancel block then ends the wait and must send the
-  /// user's cancel handler on to the user's queue), between the block and the new target taking
-  /// effect (the cancel block runs on the registration queue: the same), or after; the setTarget
-  /// lands inside the window (only recorded, applied at the window's end) or after it. Each round
+  /// signal sequence's source registers on the package's registration queue. Interleavings: the
+  /// cancel lands before the registration block (the cancel block then ends the wait and must send
+  /// the user's cancel handler on to the user's queue), or after it (the same: the source stays on
+  /// the registration queue); the setTarget lands inside the window or after it (only recorded
+  /// either way: the queue the user's handlers are sent on to). Each round
   /// checks: `makeEvents()` returned, the cancel handler ran once and on the queue the source
   /// ended on, the registration handler (if it ran) on a queue of the source's, never elsewhere.
   @Test("cancel() and setTarget(_:) racing a sequence's registration: handlers only ever on the source's queues")

@@ -427,6 +427,11 @@ public class Source: GCDObject, @unchecked Sendable {
   /// the old queue — run on the new queue (libdispatch re-checks the
   /// target when it drains the source).
   ///
+  /// A `SignalSource` whose sequence was made (`makeEvents()`) stays on the
+  /// package's registration queue, where the sequence is served: there this
+  /// records `queue`, and your handlers are sent on to it (libdispatch
+  /// counts a new target of an active source as deprecated use).
+  ///
   /// - Parameter queue: The queue to run the handlers on.
   ///
   /// The corresponding C function is `dispatch_set_target_queue`.
