@@ -35,6 +35,9 @@ import Synchronization
 /// `locked`, and the subclasses say what guards theirs.
 class SourceState: @unchecked Sendable {
   /// The C source, not retained: the blocks that use it run while libdispatch holds the source.
+  /// A block sent on from `Registration.queue` runs after that hold may be gone: it holds a
+  /// reference of its own, added while `holdsSource`'s +1 is held (`sendToTarget`), or that +1
+  /// itself (the cancel path).
   nonisolated(unsafe) final let raw: OpaquePointer
   /// The target queue and its frame flags in one word (the queue's address with `frameExclusive`
   /// in bit 0, free in an object's address), so a handler starting during `setTarget` reads the
