@@ -202,11 +202,18 @@ public class Source: GCDObject, @unchecked Sendable {
   /// The corresponding C function is `dispatch_source_set_event_handler`.
   public final func setEventHandler(_ handler: @escaping @Sendable () -> Void) {
     let state = state
-    if state.staysOnRegistrationQueue {
+    if sendsHandlersOn(state) {
       Libdispatch.source_set_event_handler(raw, state.block { state.sendToTarget(handler) })
     } else {
       Libdispatch.source_set_event_handler(raw, state.block(handler))
     }
+  }
+
+  /// Whether an event handler set now is sent on to the source's queue: a signal source a sequence
+  /// started stays on the package's registration queue (`SourceState.startRegistering`). Only a
+  /// signal source asks the state's lock.
+  final func sendsHandlersOn(_ state: SourceState) -> Bool {
+    losesEventsBeforeRegistration && state.staysOnRegistrationQueue
   }
 
   /// Sets `handler` as the event handler, called with the event's data as
@@ -217,7 +224,7 @@ public class Source: GCDObject, @unchecked Sendable {
   /// user's handler is sent on to the source's queue, with the value read where the event is.
   final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
     let state = state
-    if state.staysOnRegistrationQueue {
+    if sendsHandlersOn(state) {
       Libdispatch.source_set_event_handler(raw, state.valueBlock { value in state.sendToTarget { handler(value) } })
     } else {
       Libdispatch.source_set_event_handler(raw, state.valueBlock(handler))
@@ -245,7 +252,7 @@ public class Source: GCDObject, @unchecked Sendable {
     // every handler of the package runs), with the context read at each call
     // as `dispatch_source_set_event_handler_f` does.
     let state = state
-    if state.staysOnRegistrationQueue {
+    if sendsHandlersOn(state) {
       Libdispatch.source_set_event_handler(
         raw, state.block { state.sendToTarget { function(Libdispatch.get_context(state.raw)) } })
     } else {
