@@ -271,3 +271,26 @@ extension SignalSequenceTests {
     #expect(count == 0)
   }
 }
+
+/// How many C sources of `cancelledSourcesFreed` libdispatch has freed (their finalizers ran).
+private let freedSources = Atomic(0)
+
+extension SignalSequenceTests {
+  /// A sequence's sources hold their C sources until their cancellation ran (for the blocks they
+  /// send on to the user's queue): the cancel block must run, and release, also for a source with
+  /// no cancel handler. Before it did, every C source of `sequence(of:)` leaked.
+  @Test("a cancelled sequence's C sources are freed: their finalizers run", .timeLimit(.minutes(1)))
+  func cancelledSourcesFreed() async throws {
+    // Real-time signals no test sends.
+    let unsent = [__libc_current_sigrtmin() + 10, __libc_current_sigrtmin() + 11]
+    var signals: SignalSource.SignalSequence? = try SignalSource.sequence(of: unsent)
+    for source in signals!.owner.storage.sources {
+      // libdispatch calls a finalizer only with a context.
+      source.context = UnsafeMutableRawPointer(bitPattern: 1)
+      source.setFinalizer { _ in freedSources.add(1, ordering: .relaxed) }
+    }
+    signals!.cancel()
+    signals = nil
+    #expect(await eventually { freedSources.load(ordering: .relaxed) == 2 })
+  }
+}

@@ -295,16 +295,21 @@ class SourceState: @unchecked Sendable {
   /// inactive C source there and activates it: its blocks run there (in that queue's frame), and
   /// `setTarget(_:)` only records the queue the user's work is sent on to. Takes the +1 on the C
   /// source its sent blocks rely on (`holdsSource`), while the caller holds the `Source` (so the C
-  /// source has a reference to add to). Again does nothing but reopen the window.
+  /// source has a reference to add to), and installs the cancel block, which releases it: a
+  /// source with no cancel handler would otherwise have none, and its C source would leak
+  /// (LeakSanitizer, `make sanitize`). Again does nothing but reopen the window.
   func startRegistering() {
-    locked.withLock { locked in
+    let install = locked.withLock { locked in
       locked.registering = true
-      if locked.startsRegistered { return }
+      if locked.startsRegistered { return false }
       locked.startsRegistered = true
       locked.holdsSource = true
       Libdispatch.retain(raw)
       target.store(SourceState.targetWord(Registration.queue), ordering: .relaxed)
+      defer { locked.cancelInstalled = true }
+      return !locked.cancelInstalled
     }
+    if install { installCancelBlock() }
   }
 
   /// The source registered: the start's wait ends. The C source stays on `Registration.queue`:
