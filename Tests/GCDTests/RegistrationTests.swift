@@ -204,8 +204,8 @@ extension RegistrationTests {
         signal(SIGUSR2, SIG_IGN)
         let rounds = runningUnderSanitizer ? 50 : 400
         for round in 0..<rounds {
-          // A queue of the user's: the sources are pointed at it after registering (a new target
-          // after activation), and the signal sent at once must come through it.
+          // A queue of the user's: the sources stay on the package's queue after registering (never
+          // a new target after activation), and the signal sent at once must come.
           let queue = Queue(label: "registration.rounds")
           let seen = try await SignalSource.withSignals([SIGUSR2, SIGUSR1], queue: queue) { signals in
             kill(getpid(), SIGUSR2)
@@ -219,10 +219,10 @@ extension RegistrationTests {
   }
 
   /// The source and its sequence dropped right after `makeEvents()`: the drop cancels the source,
-  /// whose cancel block may run on the registration queue before the source's new target took
-  /// effect, and must still send the user's cancel handler on to the source's queue, once, while
-  /// the caller's references are gone: the handlers box holds the queue for it
-  /// (`SourceHandlers.Hooks.heldTarget`).
+  /// whose cancel block runs on the registration queue (the source stays there) and must still
+  /// send the user's cancel handler on to the source's queue, once, while the caller's references
+  /// are gone: the state holds the queue for it (`SourceState.locked.queue`), and the C source
+  /// its +1 of `startRegistering`.
   @Test("a signal source dropped with its sequence and its queue at once: its cancel handler runs on that queue")
   func droppedWithItsQueue() async {
     expectChildPassed(
@@ -249,11 +249,11 @@ extension RegistrationTests {
   }
 
   /// The registration window, raced: a `cancel()` or a `setTarget(_:)` from another thread while a
-  /// signal sequence's source still targets the package's registration queue. Interleavings: the cancel
-  /// lands before the registration block (the cancel block then ends the wait and must send the
-  /// user's cancel handler on to the user's queue), between the block and the new target taking
-  /// effect (the cancel block runs on the registration queue: the same), or after; the setTarget
-  /// lands inside the window (only recorded, applied at the window's end) or after it. Each round
+  /// signal sequence's source registers on the package's registration queue. Interleavings: the
+  /// cancel lands before the registration block (the cancel block then ends the wait and must send
+  /// the user's cancel handler on to the user's queue), or after it (the same: the source stays on
+  /// the registration queue); the setTarget lands inside the window or after it (only recorded
+  /// either way: the queue the user's handlers are sent on to). Each round
   /// checks: `makeEvents()` returned, the cancel handler ran once and on the queue the source
   /// ended on, the registration handler (if it ran) on a queue of the source's, never elsewhere.
   @Test("cancel() and setTarget(_:) racing a sequence's registration: handlers only ever on the source's queues")
@@ -309,5 +309,73 @@ private func raceRegistrationWindow(rounds: Int) {
     childCheck(!registrationWrong.load(ordering: .relaxed), "round \(round): the registration handler ran elsewhere")
     childCheck(source.queue === (retargets ? second : first), "round \(round): the source's queue")
     withExtendedLifetime(events) {}
+  }
+}
+
+/// A signal sequence's sources never depend on the user's queue after the call either: the scope
+/// of `withSignals` ends, and the deliveries come, while the queue stays suspended or inactive; and
+/// no source is retargeted once active, which `LIBDISPATCH_STRICT=1` would stop.
+extension RegistrationTests {
+  @Test("withSignals on a queue that stays suspended or inactive: the deliveries come and the scope ends")
+  func scopedOnHeldQueue() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        bound()
+        for (placement, signal) in zip([QueuePlacement.suspended, .inactive], [SIGUSR1, SIGUSR2]) {
+          let queue = placement.makeQueue()
+          let none = try await SignalSource.withSignals([signal], queue: queue) { _ in 0 }
+          childCheck(none == 0, "\(placement): the empty scope")
+          let seen = try await SignalSource.withSignals([signal], queue: queue) { signals in
+            kill(getpid(), signal)
+            for await delivered in signals { return delivered }
+            return 0
+          }
+          childCheck(seen == signal, "\(placement): \(seen)")
+          placement.start(queue)
+        }
+        endChild("ok")
+      })
+  }
+
+  /// libdispatch reads `LIBDISPATCH_STRICT` once, when it starts: this test runs
+  /// `strictOwnQueueChild` in a new process of this test binary that starts with it (an exit
+  /// test's child inherits the parent's libdispatch mode). Before the fix the package gave each
+  /// source its user's queue as a new target once active, and the child died of SIGILL.
+  @Test(
+    "sequence(of:queue:) on its own serial queue under LIBDISPATCH_STRICT=1: a signal is delivered, no trap",
+    .timeLimit(.minutes(1)))
+  func strictOwnQueue() throws {
+    var ends: [Int32] = [-1, -1]
+    #expect(pipe(&ends) == 0)
+    // Close-on-exec: no other test's child inherits the write end (and holds the output open).
+    for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+    let pid = try spawnProcess(
+      "/proc/self/exe", ["--testing-library", "swift-testing", "--filter", "strictOwnQueueChild"],
+      stdout: ends[1], environment: ["LIBDISPATCH_STRICT=1", "GCD_STRICT_CHILD=1"])
+    close(ends[1])
+    let output = readToEnd(ends[0])
+    close(ends[0])
+    let status = reapProcess(pid)
+    #expect(status == 0, "the child's wait status: \(status)\n\(output)")
+    #expect(output == "strict child: 20 rounds\n", "the child's output: \(output)")
+  }
+
+  /// The child of `strictOwnQueue` (skipped unless it is that child).
+  @Test(
+    "strictOwnQueue's child: sequence(of:queue:) on its own serial queue, 20 rounds",
+    .enabled(if: getenv("GCD_STRICT_CHILD") != nil))
+  func strictOwnQueueChild() async throws {
+    bound()
+    for round in 0..<20 {
+      let queue = Queue(label: "registration.strict")
+      let signals = try SignalSource.sequence(of: [SIGUSR1, SIGUSR2], queue: queue)
+      let signal = round.isMultiple(of: 2) ? SIGUSR1 : SIGUSR2
+      kill(getpid(), signal)
+      var iterator = signals.makeAsyncIterator()
+      #expect(await iterator.next() == signal)
+    }
+    // Standard output is the parent's pipe (the testing library writes to standard error).
+    let text = Array("strict child: 20 rounds\n".utf8)
+    _ = text.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
   }
 }

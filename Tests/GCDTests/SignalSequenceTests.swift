@@ -103,7 +103,7 @@ struct SignalSequenceTests {
       for await _ in signals { count += 1 }
       return count
     }
-    #expect(await eventually { storage.state.withLock { $0.consumer != nil } })
+    #expect(await eventually { storage.waitingConsumers == 1 })
     signals.cancel()
     #expect(await consumer.value == 0)
     #expect(storage.sources.allSatisfy { $0.isCancelled })
@@ -158,5 +158,139 @@ struct SignalSequenceTests {
         childCheck(got == [SIGUSR1, SIGUSR2], "got \(got)")
         endChild("ok")
       })
+  }
+}
+
+/// `withSignals`' sequence serves several iterators: each delivery goes to one waiting consumer,
+/// the one waiting longest; the end of the scope resumes every waiting consumer with nil, and a
+/// cancelled consumer's `next()` returns nil at once while the others wait on.
+extension SignalSequenceTests {
+  /// A real-time signal no test sends: the consumers wait from their first `next()` on.
+  static let unsentSignal = __libc_current_sigrtmin() + 9
+
+  // In exit-test children bounded by `alarm(30)`: a consumer that is never resumed would hang the
+  // whole test process (a time limit records an issue but cannot end a task that never resumes).
+  @Test("withSignals: two iterating tasks; the scope ends; both return nil", .timeLimit(.minutes(1)))
+  func scopedTwoIterators() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        alarm(30)
+        let (first, second) = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
+          let storage = signals.storage
+          let first = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
+          let second = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          return (first, second)
+        }
+        childCheck(await first.value == nil, "the first got a signal")
+        childCheck(await second.value == nil, "the second got a signal")
+        endChild("ok")
+      })
+  }
+
+  @Test(
+    "withSignals: of two waiting tasks, a cancelled one returns nil; the other waits for the end",
+    .timeLimit(.minutes(1)))
+  func scopedCancelledIterator() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        alarm(30)
+        let other = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
+          let storage = signals.storage
+          let cancelled = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
+          let other = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          cancelled.cancel()
+          childCheck(await cancelled.value == nil, "the cancelled one got a signal")
+          childCheck(storage.waitingConsumers == 1, "\(storage.waitingConsumers) wait after the cancellation")
+          return other
+        }
+        childCheck(await other.value == nil, "the other got a signal")
+        endChild("ok")
+      })
+  }
+
+  @Test("withSignals: each delivery goes to one waiting consumer, the one waiting longest")
+  func scopedDeliveriesFIFO() async {
+    expectChildPassed(
+      await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        alarm(30)
+        let got = try await SignalSource.withSignals([SIGUSR1, SIGUSR2]) { signals in
+          let storage = signals.storage
+          let first = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
+          let second = Task { () -> Int32? in
+            var iterator = signals.makeAsyncIterator()
+            return await iterator.next()
+          }
+          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          kill(getpid(), SIGUSR1)
+          let one = await first.value
+          childCheck(storage.waitingConsumers == 1, "the delivery woke \(2 - storage.waitingConsumers)")
+          kill(getpid(), SIGUSR2)
+          return [one, await second.value]
+        }
+        childCheck(got == [SIGUSR1, SIGUSR2], "got \(got)")
+        endChild("ok")
+      })
+  }
+}
+
+extension SignalSequenceTests {
+  @Test("sequence(ofObservable:) never throws: what canObserve rejects is left out, a repeat counts once")
+  func observableNeverThrows() {
+    // SIGWINCH and SIGURG are ignored by default (and owned by SourceEventsTests: not sent here).
+    let signals = SignalSource.sequence(ofObservable: [SIGKILL, SIGWINCH, 0, SIGSEGV, SIGURG, SIGWINCH, 32])
+    let sources = signals.owner.storage.sources
+    #expect(sources.map(\.signal) == [SIGWINCH, SIGURG])
+    signals.cancel()
+    #expect(sources.allSatisfy { $0.isCancelled })
+  }
+
+  @Test("sequence(ofObservable:) of nothing observable ends at once")
+  func observableNoneEnds() async {
+    var count = 0
+    for await _ in SignalSource.sequence(ofObservable: [SIGKILL, SIGSTOP]) { count += 1 }
+    #expect(count == 0)
+  }
+}
+
+/// How many C sources of `cancelledSourcesFreed` libdispatch has freed (their finalizers ran).
+private let freedSources = Atomic(0)
+
+extension SignalSequenceTests {
+  /// A sequence's sources hold their C sources until their cancellation ran (for the blocks they
+  /// send on to the user's queue): the cancel block must run, and release, also for a source with
+  /// no cancel handler. Before it did, every C source of `sequence(of:)` leaked.
+  @Test("a cancelled sequence's C sources are freed: their finalizers run", .timeLimit(.minutes(1)))
+  func cancelledSourcesFreed() async throws {
+    // Real-time signals no test sends.
+    let unsent = [__libc_current_sigrtmin() + 10, __libc_current_sigrtmin() + 11]
+    var signals: SignalSource.SignalSequence? = try SignalSource.sequence(of: unsent)
+    for source in signals!.owner.storage.sources {
+      // libdispatch calls a finalizer only with a context.
+      source.context = UnsafeMutableRawPointer(bitPattern: 1)
+      source.setFinalizer { _ in freedSources.add(1, ordering: .relaxed) }
+    }
+    signals!.cancel()
+    signals = nil
+    #expect(await eventually { freedSources.load(ordering: .relaxed) == 2 })
   }
 }

@@ -213,3 +213,44 @@ func canObserveDeliveryChild() -> Never {
   childCheck(observed == (1...64).filter { !rejected.contains($0) }, "observed \(observed)")
   endChild("ok")
 }
+
+/// A `SignalSource` dropped once its `makeEvents()` sequence exists. Its sequence registers it on
+/// the package's registration queue, whose blocks send the user's work on to the source's queue
+/// with the C source held: a reference taken there, after the wrapper released the last one,
+/// resurrects the C source (libdispatch traps: SIGILL). Each child loops 100 sources; before the
+/// fix the global-queue child died in every run, the registration-handler child in every run.
+extension SignalSourceTests {
+  @Test("dropped with its sequence on the global queue, the sequence dropped or left with break: no trap")
+  func droppedOnGlobalQueue() async {
+    await #expect(processExitsWith: .success) {
+      alarm(60)
+      for round in 0..<100 {
+        // SIGURG is ignored by default: a stray one ends nothing.
+        let source = try SignalSource(signal: SIGURG, queue: .global())
+        if round.isMultiple(of: 2) {
+          _ = source.makeEvents()  // dropped at once: the source is cancelled
+        } else {
+          let events = source.makeEvents()
+          kill(getpid(), SIGURG)
+          for try await _ in events { break }
+        }
+      }
+      exit(0)
+    }
+  }
+
+  @Test("dropped with its sequence while a registration handler is set, on serial and global queues: no trap")
+  func droppedWithRegistrationHandler() async {
+    await #expect(processExitsWith: .success) {
+      alarm(60)
+      let registered = Atomic(0)
+      for round in 0..<100 {
+        let queue = round.isMultiple(of: 2) ? Queue(label: "signal.dropped.registration") : .global()
+        let source = try SignalSource(signal: SIGURG, queue: queue)
+        source.setRegistrationHandler { registered.add(1, ordering: .relaxed) }
+        _ = source.makeEvents()
+      }
+      exit(0)
+    }
+  }
+}

@@ -6,8 +6,20 @@ extension SignalSource {
   /// registered (on a queue of the package's own: never on `queue`, which
   /// may be suspended or inactive), then calls `body` with the deliveries
   /// as an `AsyncSequence` of signal numbers (one element per delivery). When
-  /// `body` returns or throws, the sources are cancelled and their cancel
-  /// handlers have run before this returns; nothing outlives the scope.
+  /// `body` returns or throws, the sources are cancelled, and libdispatch has
+  /// run their cancellation (the kernel no longer watches them) before this
+  /// returns; nothing outlives the scope.
+  ///
+  /// Nothing of it waits for `queue`: the sources stay on the package's
+  /// queue, where their deliveries reach the sequence and their cancellation
+  /// ends, so the scope ends also while `queue` is suspended or inactive.
+  ///
+  /// The sequence may be iterated by several tasks at once: each delivery
+  /// goes to one of the waiting iterators, the one waiting longest (first
+  /// in, first out), or is kept until an iterator asks. A `next()` whose
+  /// task is cancelled returns nil at once (the others go on waiting); at
+  /// the end of the scope every waiting `next()` returns nil, and every later
+  /// one too.
   ///
   /// ```swift
   /// try await SignalSource.withSignals([SIGTERM, SIGINT]) { signals in
@@ -26,7 +38,8 @@ extension SignalSource {
   ///
   /// - Parameters:
   ///   - signals: The signals to observe, each observable (`canObserve(_:)`).
-  ///   - queue: The queue the sources' handlers run on.
+  ///   - queue: The sources' queue (`SignalSource.queue`); the sequence
+  ///     never waits for it.
   ///   - isolation: The caller's isolation, inherited.
   ///   - body: The scope; its sequence ends when the scope does.
   /// - Returns: What `body` returns.
@@ -44,7 +57,8 @@ extension SignalSource {
       signals, counting: .eachDelivery, queue: queue, operation: "SignalSource.withSignals(\(signals))"
     ) { source in
       cancelled.enter()
-      source.setCancelHandler { cancelled.leave() }
+      // The package's hook, run by the cancel block on the package's queue: never on `queue`.
+      source.state.setCancelHook { cancelled.leave() }
     }
     do {
       let result = try await body(Signals(storage: deliveries))
@@ -56,7 +70,7 @@ extension SignalSource {
     }
   }
 
-  /// Ends the deliveries (cancelling the sources) and waits for the sources' cancel handlers (from
+  /// Ends the deliveries (cancelling the sources) and waits for the sources' cancel blocks (from
   /// an unstructured task, which a cancellation of this one does not reach).
   private static func end(_ deliveries: SignalDeliveries, _ cancelled: Group) async {
     deliveries.terminate()
@@ -72,7 +86,8 @@ extension SignalSource {
     public typealias Failure = Never
     let storage: SignalDeliveries
 
-    /// An iterator; every iterator shares the one stream of deliveries.
+    /// An iterator; every iterator shares the one stream of deliveries: each delivery goes to one
+    /// waiting iterator, the one waiting longest.
     public func makeAsyncIterator() -> Iterator { Iterator(storage: storage) }
 
     /// The iterator.
@@ -81,7 +96,8 @@ extension SignalSource {
     public struct Iterator: AsyncIteratorProtocol, Sendable {
       let storage: SignalDeliveries
 
-      /// The next delivered signal, or nil once the scope ended or the task is cancelled.
+      /// The next delivered signal (each goes to one iterator: of several waiting, the one waiting
+      /// longest), or nil once the scope ended or the task is cancelled.
       public mutating func next() async -> Int32? { await storage.next() }
 
       /// The next delivered signal, or nil once the scope ended or the task is cancelled.
@@ -106,11 +122,13 @@ extension SignalSource {
   /// for await signal in signals { if signal == SIGTERM { break } }
   /// ```
   ///
-  /// The sources register on a queue of the package's own, never on
-  /// `queue`: the call returns once the kernel watches (microseconds), also
-  /// when `queue` is suspended, inactive, or the one the caller runs on
-  /// (inside `queue.sync { }`, or `.main` before `Queue.dispatchMain()`);
-  /// the deliveries then wait in the sources until `queue` runs.
+  /// The sources register, and stay, on a queue of the package's own, never
+  /// on `queue`: the call returns once the kernel watches (microseconds),
+  /// also when `queue` is suspended, inactive, or the one the caller runs on
+  /// (inside `queue.sync { }`, or `.main` before `Queue.dispatchMain()`),
+  /// and the deliveries reach the sequence without waiting for `queue`. No
+  /// source is given a new target queue once active (libdispatch's
+  /// deprecated use, which `LIBDISPATCH_STRICT=1` stops).
   ///
   /// One element per event of a signal's source: deliveries of one signal
   /// that arrive before the consumer takes the last merge into one element
@@ -127,7 +145,8 @@ extension SignalSource {
   ///   - signals: The signals to observe, each observable
   ///     (`canObserve(_:)`); a repeated signal counts once, and an empty
   ///     list gives a sequence that ends at once.
-  ///   - queue: The queue the sources' handlers run on.
+  ///   - queue: The sources' queue (`SignalSource.queue`); the sequence
+  ///     never waits for it.
   /// - Returns: The deliveries; iterating them cannot fail.
   /// - Throws: `GCDError` with `EINVAL` for a signal that cannot be
   ///   observed (no source is created then).
@@ -135,6 +154,32 @@ extension SignalSource {
     let deliveries = try SignalDeliveries.start(
       signals, counting: .eachEvent, queue: queue, operation: "SignalSource.sequence(of: \(signals))")
     return SignalSequence(owner: SignalSequenceOwner(storage: deliveries))
+  }
+
+  /// Observes those of `signals` that a source can observe, from now on,
+  /// as `sequence(of:queue:)` does; it never throws: the signals
+  /// `canObserve(_:)` rejects are left out, as
+  /// `signals.filter(SignalSource.canObserve)` would leave them. For a list
+  /// that is filtered already, or made of signals known to be observable,
+  /// so that no `do`/`catch` is needed.
+  ///
+  /// ```swift
+  /// let signals = SignalSource.sequence(ofObservable: [SIGTERM, SIGINT, SIGHUP])
+  /// ```
+  ///
+  /// - Parameters:
+  ///   - signals: The signals; a repeated one counts once, and a list with
+  ///     none observable gives a sequence that ends at once.
+  ///   - queue: The sources' queue (`SignalSource.queue`); the sequence
+  ///     never waits for it.
+  /// - Returns: The deliveries; iterating them cannot fail.
+  public static func sequence(ofObservable signals: [Int32], queue: Queue = .global()) -> SignalSequence {
+    do {
+      return try sequence(of: signals.filter(canObserve), queue: queue)
+    } catch {
+      // `sequence(of:)` throws only `EINVAL` for a signal `canObserve(_:)` rejects.
+      fatalError("GCD: SignalSource.sequence(ofObservable:) could not observe \(signals): \(error)")
+    }
   }
 
   /// The deliveries of `sequence(of:)`: one signal number per event of a
@@ -203,13 +248,18 @@ final class SignalSequenceToken: Sendable {
 
 // MARK: The deliveries, for both
 
-/// The deliveries of a set of signal sources to their consumer: the signals pending, in arrival
-/// order, each once with a count, and the waiting consumer, under a lock; continuations resumed
-/// outside it; the end (cancelling the sources) happens once. `withSignals` counts every delivery
-/// (`.eachDelivery`: one element per delivery, a counter per signal) and its iterators share the
-/// stream; `sequence(of:)` keeps one pending flag per signal (`.eachEvent`: one element per event
-/// of a source, as the kernel merges a standard signal while it is pending) and has one iterator,
-/// whose task's cancellation ends the sequence.
+/// The deliveries of a set of signal sources to their consumers, as swift-async-algorithms bridges
+/// callbacks: a small state machine under a lock whose transitions return what to do, the
+/// continuations resumed outside it, each consumer's task cancellation entering it as an event
+/// (`withTaskCancellationHandler`), and the end delivered exactly once (`terminate`, which
+/// cancels the sources).
+///
+/// `withSignals` counts every delivery (`.eachDelivery`: one element per delivery, a counter per
+/// signal) and serves several iterators: each element goes to one consumer, the one waiting
+/// longest (first in, first out); a consumer's task cancellation ends only its own `next()` (nil);
+/// the end resumes every waiting consumer with nil. `sequence(of:)` keeps one pending flag per
+/// signal (`.eachEvent`: one element per event of a source, as the kernel merges a standard signal
+/// while it is pending) and has one iterator, whose task's cancellation ends the sequence.
 final class SignalDeliveries: Sendable {
   enum Counting {
     /// `withSignals`: one element per delivery; a task's cancellation ends only its `next()`.
@@ -218,14 +268,71 @@ final class SignalDeliveries: Sendable {
     case eachEvent
   }
 
+  typealias Consumer = UnsafeContinuation<Int32?, Never>
+
   struct State: OneIteratorState {
     /// The signals pending, in the order they arrived, each once.
     var pending: [Int32] = []
     /// The elements each pending signal still owes (`.eachEvent`: always 1).
     var counts: [UInt] = []
-    var consumer: UnsafeContinuation<Int32?, Never>?
+    /// The consumers waiting in `next()`, the longest-waiting first, each with its id.
+    var consumers: [(id: UInt64, continuation: Consumer)] = []
+    /// The id of the next `next()` call.
+    var nextID: UInt64 = 0
     var finished = false
     var iterated = false
+
+    /// The consumer `next()` registers (`id`): an element at once, the end, or nil to wait.
+    mutating func consume(id: UInt64, _ consumer: Consumer, cancelled: Bool) -> Int32?? {
+      if let signal = pending.first {
+        counts[0] -= 1
+        if counts[0] == 0 {
+          pending.removeFirst()
+          counts.removeFirst()
+        }
+        return .some(signal)
+      }
+      if finished || cancelled { return .some(nil) }
+      consumers.append((id, consumer))
+      return nil
+    }
+
+    /// `owed` elements of `signal`: to the waiting consumers, longest-waiting first, the rest
+    /// pending (merged per signal). Returns the consumers to resume with `signal`.
+    mutating func deliver(_ signal: Int32, owed: UInt, merging: Bool) -> [Consumer] {
+      if finished || owed == 0 { return [] }
+      let served = Int(min(owed, UInt(consumers.count)))
+      let resumed = consumers.prefix(served).map(\.continuation)
+      consumers.removeFirst(served)
+      let rest = owed - UInt(served)
+      if rest > 0 {
+        if let index = pending.firstIndex(of: signal) {
+          if merging { counts[index] += rest }
+        } else {
+          pending.append(signal)
+          counts.append(rest)
+        }
+      }
+      return resumed
+    }
+
+    /// The consumer `id` was cancelled: taken out if it waits (its continuation returned, to be
+    /// resumed with nil); nil if it has not registered yet (it sees its task cancelled when it
+    /// does) or was served already.
+    mutating func cancel(id: UInt64) -> Consumer? {
+      guard let index = consumers.firstIndex(where: { $0.id == id }) else { return nil }
+      return consumers.remove(at: index).continuation
+    }
+
+    /// The end, once: every waiting consumer, to resume with nil; nil when it had ended already.
+    mutating func finish() -> [Consumer]? {
+      if finished { return nil }
+      finished = true
+      pending = []
+      counts = []
+      defer { consumers = [] }
+      return consumers.map(\.continuation)
+    }
   }
 
   /// Cancelled at the end; a cancelled source's handlers are freed, which releases their hold on
@@ -251,7 +358,9 @@ final class SignalDeliveries: Sendable {
     let deliveries = SignalDeliveries(sources: sources, counting: counting)
     for source in sources {
       let signal = source.signal
-      // The handlers hold the storage, never a source (the storage does).
+      // The handlers hold the storage, never a source (the storage does). Set before the start:
+      // the package's own handler, it runs where the source does (`Registration.queue`), never
+      // waiting for `queue`.
       source.setEventHandler { (count: UInt) in deliveries.delivered(signal, count: count) }
       prepare(source)
       _ = source.claimStart()
@@ -261,60 +370,37 @@ final class SignalDeliveries: Sendable {
     return deliveries
   }
 
-  /// An event of `signal`'s source (on its queue), merging `count` deliveries.
+  /// An event of `signal`'s source, merging `count` deliveries.
   func delivered(_ signal: Int32, count: UInt) {
     let owed = counting == .eachDelivery ? count : 1
-    let consumer: UnsafeContinuation<Int32?, Never>? = state.withLock { state in
-      if state.finished || owed == 0 { return nil }
-      var rest = owed
-      let consumer = state.consumer
-      if consumer != nil {
-        state.consumer = nil
-        rest -= 1
-      }
-      if rest > 0 {
-        if let index = state.pending.firstIndex(of: signal) {
-          if counting == .eachDelivery { state.counts[index] += rest }
-        } else {
-          state.pending.append(signal)
-          state.counts.append(rest)
-        }
-      }
-      return consumer
-    }
-    consumer?.resume(returning: signal)
+    let consumers = state.withLock { $0.deliver(signal, owed: owed, merging: counting == .eachDelivery) }
+    for consumer in consumers { consumer.resume(returning: signal) }
   }
 
   func next() async -> Int32? {
-    await withTaskCancellationHandler {
-      await withUnsafeContinuation { (consumer: UnsafeContinuation<Int32?, Never>) in
-        let ready: Int32?? = state.withLock { state in
-          if let signal = state.pending.first {
-            state.counts[0] -= 1
-            if state.counts[0] == 0 {
-              state.pending.removeFirst()
-              state.counts.removeFirst()
-            }
-            return .some(signal)
-          }
-          if state.finished || (counting == .eachDelivery && Task.isCancelled) { return .some(nil) }
-          state.consumer = consumer
-          return nil
+    let id = state.withLock { state in
+      defer { state.nextID += 1 }
+      return state.nextID
+    }
+    return await withTaskCancellationHandler {
+      await withUnsafeContinuation { (consumer: Consumer) in
+        // A cancellation before this point finds no consumer `id`; the task is cancelled then,
+        // which this sees under the same lock (`.eachDelivery`; `.eachEvent`'s ends the sequence).
+        let ready = state.withLock { state in
+          state.consume(id: id, consumer, cancelled: counting == .eachDelivery && Task.isCancelled)
         }
         if let ready { consumer.resume(returning: ready) }
       }
     } onCancel: {
       switch counting {
       case .eachEvent: terminate()
-      case .eachDelivery:
-        let consumer = state.withLock { state in
-          defer { state.consumer = nil }
-          return state.consumer
-        }
-        consumer?.resume(returning: nil)
+      case .eachDelivery: state.withLock { $0.cancel(id: id) }?.resume(returning: nil)
       }
     }
   }
+
+  /// How many consumers wait in `next()` (tests).
+  var waitingConsumers: Int { state.withLock { $0.consumers.count } }
 
   /// Makes the one iterator of `sequence(of:)`; false for a second one.
   func claimIterator() -> Bool { state.claimIterator() }
@@ -326,16 +412,8 @@ final class SignalDeliveries: Sendable {
 
   /// Ends the deliveries and cancels the sources, once.
   func terminate() {
-    let (consumer, ends): (UnsafeContinuation<Int32?, Never>?, Bool) = state.withLock { state in
-      if state.finished { return (nil, false) }
-      state.finished = true
-      state.pending = []
-      state.counts = []
-      defer { state.consumer = nil }
-      return (state.consumer, true)
-    }
-    guard ends else { return }
+    guard let consumers = state.withLock({ $0.finish() }) else { return }
     for source in sources { source.cancel() }
-    consumer?.resume(returning: nil)
+    for consumer in consumers { consumer.resume(returning: nil) }
   }
 }

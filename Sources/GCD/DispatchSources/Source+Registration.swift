@@ -1,15 +1,16 @@
 /// Where signal sources register when a sequence starts them (`makeEvents()`, `sequence(of:)`,
-/// `withSignals`): a serial queue of the package's own, so that making the sequence returns once
-/// the kernel watches, whatever the user's queue is doing (suspended, inactive, held by the caller).
+/// `withSignals`), and where they stay: a serial queue of the package's own, so that making the
+/// sequence returns once the kernel watches, and the sequence's deliveries and end come, whatever
+/// the user's queue is doing (suspended, inactive, held by the caller).
 /// Only a signal needs the wait (`Source.losesEventsBeforeRegistration`).
 ///
 /// libdispatch installs a source on its manager thread, then runs the registration handler on the
 /// source's target queue: the only part of a registration that needs a queue. A source started here
-/// targets this queue until its registration handler has run on it; that handler points the source
-/// at its own queue again (`SourceState.endRegistration`) and ends the wait. Nothing of the user's runs
-/// here: the user's registration and cancel handlers, when libdispatch calls them on this queue,
-/// are sent on to the source's queue (`SourceState`); the event handlers that can run here
-/// before the source's new target takes effect are the package's own (a sequence's event block, the signal deliveries).
+/// targets this queue from before its activation to its end: libdispatch counts a new target of an
+/// active source as deprecated use, and `LIBDISPATCH_STRICT=1` stops the process on it. Only the
+/// package's own handlers run here (a sequence's event block, the signal deliveries, the end of a
+/// sequence); the user's registration, cancel and event handlers are sent on to the source's queue
+/// (`SourceState.sendToTarget`), which `setTarget(_:)` then only records.
 ///
 /// A serial queue is overcommit: libdispatch gives it a thread even when every worker is busy, so
 /// the wait is as long as the manager thread's install and one handler call — microseconds.
@@ -35,15 +36,14 @@ extension Source {
   }
 
   /// Activates `sources`, each claimed by `claimStart()`, registering on `Registration.queue`, and
-  /// returns once every one is registered (the kernel watches it) or cancelled; each then runs its
-  /// handlers on its own queue again.
+  /// returns once every one is registered (the kernel watches it) or cancelled; each stays on that
+  /// queue and sends the user's handlers on to its own.
   ///
-  /// Each source's target is the registration queue while it is inactive (set before activation,
-  /// so at once); its registration block runs the package's hook first (`endRegistration`, then the
-  /// group's leave), the user's registration handler after it, on the user's queue. A source
-  /// cancelled before it registers never runs its registration handler (as in C): its cancel block
-  /// runs the hook instead. `setTarget(_:)` meanwhile only records the queue, which
-  /// `endRegistration` applies.
+  /// Each source's target is the registration queue from while it is inactive (set before
+  /// activation, so at once, and never changed again); its registration block runs the package's
+  /// hook first (`endRegistration`, then the group's leave), the user's registration handler after
+  /// it, on the user's queue. A source cancelled before it registers never runs its registration
+  /// handler (as in C): its cancel block runs the hook instead.
   static func startRegistered(_ sources: [Source]) {
     if Registration.isCurrent {
       // Only a handler of the package's runs there, and none makes a sequence; a user's event

@@ -201,14 +201,34 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_event_handler`.
   public final func setEventHandler(_ handler: @escaping @Sendable () -> Void) {
-    state.setEventHandler(handler)
+    let state = state
+    if sendsHandlersOn(state) {
+      Libdispatch.source_set_event_handler(raw, state.block { state.sendToTarget(handler) })
+    } else {
+      state.setEventHandler(handler)
+    }
+  }
+
+  /// Whether an event handler set now is sent on to the source's queue: a signal source a sequence
+  /// started stays on the package's registration queue (`SourceState.startRegistering`). Only a
+  /// signal source asks the state's lock.
+  final func sendsHandlersOn(_ state: SourceState) -> Bool {
+    losesEventsBeforeRegistration && state.staysOnRegistrationQueue
   }
 
   /// Sets `handler` as the event handler, called with the event's data as
   /// `data` reads it (`SourceState.eventData`), so the handler never holds the source.
   /// What each type's `setEventHandler { value in }` calls.
+  ///
+  /// On a source a signal sequence started (it stays on the package's registration queue), the
+  /// user's handler is sent on to the source's queue, with the value read where the event is.
   final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    state.setValueHandler(handler)
+    let state = state
+    if sendsHandlersOn(state) {
+      Libdispatch.source_set_event_handler(raw, state.valueBlock { value in state.sendToTarget { handler(value) } })
+    } else {
+      state.setValueHandler(handler)
+    }
   }
 
   /// Sets a C function as the event handler; it is called with `context`,
@@ -232,7 +252,12 @@ public class Source: GCDObject, @unchecked Sendable {
     // every handler of the package runs), with the context read at each call
     // as `dispatch_source_set_event_handler_f` does.
     let state = state
-    state.setEventHandler { function(Libdispatch.get_context(state.raw)) }
+    if sendsHandlersOn(state) {
+      Libdispatch.source_set_event_handler(
+        raw, state.block { state.sendToTarget { function(Libdispatch.get_context(state.raw)) } })
+    } else {
+      state.setEventHandler { function(Libdispatch.get_context(state.raw)) }
+    }
   }
 
   /// Sets the closure run once after `cancel()` takes effect: the place to
@@ -408,6 +433,11 @@ public class Source: GCDObject, @unchecked Sendable {
   /// finishes where it is; events not yet handled — even one waiting for
   /// the old queue — run on the new queue (libdispatch re-checks the
   /// target when it drains the source).
+  ///
+  /// A `SignalSource` whose sequence was made (`makeEvents()`) stays on the
+  /// package's registration queue, where the sequence is served: there this
+  /// records `queue`, and your handlers are sent on to it (libdispatch
+  /// counts a new target of an active source as deprecated use).
   ///
   /// - Parameter queue: The queue to run the handlers on.
   ///

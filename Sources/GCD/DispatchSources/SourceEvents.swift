@@ -17,8 +17,11 @@ import Synchronization
 /// the source until the queue runs). A `SignalSource`'s sequence returns
 /// once the kernel watches the signal (microseconds): a signal sent before
 /// would be lost, and libdispatch runs the registration on the source's
-/// queue, so the source registers on a queue of the package's own and is
-/// then pointed at its queue. Every other source returns at once: what
+/// queue, so the source registers on a queue of the package's own and stays
+/// there (a new target of an active source is deprecated use in libdispatch,
+/// which `LIBDISPATCH_STRICT=1` stops): its elements and its end come from
+/// there, also while its queue is suspended, and its handlers of yours are
+/// sent on to its queue. Every other source returns at once: what
 /// happens before it registers waits for it (a descriptor stays ready, a
 /// timer's deadline is absolute, a data source merges, the package's
 /// watchers have started). The source's registration and cancel handlers,
@@ -162,6 +165,9 @@ extension Source {
     // Set before the C source is activated: libdispatch installs a handler set on an active source
     // asynchronously. Meanwhile the word says active, so a `resume()` stops as on any running
     // source, and a `cancel()` leaves the start to this call.
+    // A source that registers on `Registration.queue` stays there: said before its event block is
+    // set, so that a user's event handler set beside the start is sent on to the user's queue.
+    if losesEventsBeforeRegistration { state.startRegistering() }
     state.beginSequence(self)
     if losesEventsBeforeRegistration {
       Source.startRegistered([self])

@@ -9,8 +9,9 @@ import Synchronization
 /// | `target` | the target queue's address and frame flag | `setTarget(_:)` | every handler call | one relaxed word |
 /// | `locked.queue` | the target queue, held | `setTarget(_:)` | `queue`, the registration window | the lock |
 /// | `locked.cancel`, `cancelInstalled` | the user's cancel handler | `setCancelHandler` | the cancel block, once | the lock |
-/// | `locked.registering`, `startsRegistered` | a signal sequence's registration window | `Source.startRegistered`, its registration | `setTarget(_:)`, the blocks | the lock |
-/// | `locked.rare` | the registration handler and the package's registration hook | `setRegistrationHandler`, a signal sequence's start | the registration and cancel blocks, once | the lock |
+/// | `locked.registering`, `startsRegistered` | a signal sequence's registration window, and its source's stay on `Registration.queue` | `Source.startRegistered`, its registration | `setTarget(_:)`, the blocks | the lock |
+/// | `locked.holdsSource` | the +1 on the C source a source on `Registration.queue` holds for its sent blocks | `startRegistering` | the cancel block, once | the lock |
+/// | `locked.rare` | the registration handler and the package's registration and cancel hooks | `setRegistrationHandler`, a signal sequence's start | the registration and cancel blocks, once | the lock |
 /// | `locked.rare` | the event sequence: its source, element held, consumer, iterated, finished | `makeEvents()`, `next()`, the loop's end | the event and cancel blocks | the lock |
 /// | `OwnedSourceState`'s fields | the package's own work (a watcher's start, a descriptor's cleanup) | `init` | `resume`, the cancel block | immutable |
 ///
@@ -34,6 +35,9 @@ import Synchronization
 /// `locked`, and the subclasses say what guards theirs.
 class SourceState: @unchecked Sendable {
   /// The C source, not retained: the blocks that use it run while libdispatch holds the source.
+  /// A block sent on from `Registration.queue` runs after that hold may be gone: it holds a
+  /// reference of its own, added while `holdsSource`'s +1 is held (`sendToTarget`), or that +1
+  /// itself (the cancel path).
   nonisolated(unsafe) final let raw: OpaquePointer
   /// The target queue and its frame flags in one word (the queue's address with `frameExclusive`
   /// in bit 0, free in an object's address), so a handler starting during `setTarget` reads the
@@ -51,6 +55,9 @@ class SourceState: @unchecked Sendable {
     var registration: Source.CancelHandler = .none
     /// The package's registration hook (a signal sequence's start waiting for registration).
     var registrationHook: (@Sendable () -> Void)?
+    /// The package's cancel hook (`withSignals`' end waiting for its sources), run once by the cancel
+    /// block after the cancel work it runs itself: never on the user's queue.
+    var cancelHook: (@Sendable () -> Void)?
 
     // The event sequence (`SourceEvents`), the one `makeEvents()` that started the source.
 
@@ -76,12 +83,17 @@ class SourceState: @unchecked Sendable {
     var cancel: Source.CancelHandler = .none
     /// The cancel block is installed (at once when the owner has a cleanup).
     var cancelInstalled: Bool
-    /// A sequence's start has pointed the C source at `Registration.queue` until it registers:
-    /// `setTarget(_:)` records `queue` only, and the registration applies it.
+    /// A sequence's start has pointed the C source at `Registration.queue`, and it has not
+    /// registered yet (the start waits).
     var registering = false
-    /// Set by `Source.startRegistered` before it activates the source: only then can libdispatch
-    /// run a handler block on `Registration.queue`, so only then does a block ask where it runs.
+    /// Set by `Source.startRegistered` before it activates the source: the C source targets
+    /// `Registration.queue` from then on, for its whole life (never retargeted once active:
+    /// libdispatch counts that as deprecated use, and `LIBDISPATCH_STRICT=1` traps on it).
+    /// `setTarget(_:)` records `queue` only, and the user's work is sent on to it (`sendToTarget`).
     var startsRegistered = false
+    /// The +1 on the C source taken by `startRegistering`, for the blocks sent on to the user's
+    /// queue; released once, by the cancel path (`cancelCallout`).
+    var holdsSource = false
     /// The rarer parts (registration, the event sequence), made on first use.
     var rare: Rare?
 
@@ -125,15 +137,20 @@ class SourceState: @unchecked Sendable {
   /// The queue the handlers run on.
   var queue: Queue { locked.withLock { $0.queue } }
 
-  /// Records the new target queue; true when the C source is to be pointed at it now (false inside
-  /// the registration window, which applies it when it closes).
+  /// Records the new target queue; true when the C source is to be pointed at it now (false for a
+  /// source on `Registration.queue`, which stays there and sends the user's work on to `queue`).
   func setTarget(_ queue: Queue) -> Bool {
     locked.withLock { locked in
       locked.queue = queue
+      if locked.startsRegistered { return false }
       target.store(SourceState.targetWord(queue), ordering: .relaxed)
-      return !locked.registering
+      return true
     }
   }
+
+  /// Whether the C source stays on `Registration.queue` (a signal sequence started it): the user's
+  /// event handlers set now are sent on to the source's queue (`Source.setEventHandler`).
+  var staysOnRegistrationQueue: Bool { locked.withLock { $0.startsRegistered } }
 
   /// Runs `body` inside a frame of the target queue, read from `target` as one word.
   @inline(__always)
@@ -200,13 +217,35 @@ class SourceState: @unchecked Sendable {
   /// The cancel block's work. A registration that never ran (the source was cancelled first): its
   /// hook ends the start's wait, and neither closure may stay here (libdispatch frees the C block,
   /// not the closures, and a hook holds the source); taken outside the lock, before the rest.
+  ///
+  /// On `Registration.queue` (a source a signal sequence started), the cancel handlers are sent on
+  /// to the source's queue only when the user set one; the package's own part (the sequence's end)
+  /// then runs after it, there, as on any source. With none, everything runs here, so that the end
+  /// of `withSignals` never waits for the user's queue. Either way the +1 `startRegistering` took
+  /// is released last, once: it keeps the C source (and with it the user's context, which its
+  /// finalizer may free) until the user's cancel handler has run.
   func cancelCallout() {
     // The user's registration handler never runs then (as in C): released here, outside the lock.
-    let ((_, registrationHook), sendOn) = locked.withLock { locked in
-      (locked.takeRegistration(), locked.startsRegistered)
+    let (registrationHook, cancelHook, sends, holdsSource) = locked.withLock { locked in
+      let (_, registrationHook) = locked.takeRegistration()
+      let cancelHook = locked.rare?.cancelHook
+      locked.rare?.cancelHook = nil
+      let userHandler: Bool
+      if case .none = locked.cancel { userHandler = false } else { userHandler = true }
+      defer { locked.holdsSource = false }
+      return (registrationHook, cancelHook, locked.startsRegistered && userHandler, locked.holdsSource)
     }
     registrationHook?()
-    if sendOn && Registration.isCurrent { sendToTarget { [self] in cancelHandlers() } } else { cancelHandlers() }
+    if sends && Registration.isCurrent {
+      // No new reference here: the wrapper may have released its last one already (a reference
+      // taken now would resurrect the C source, and libdispatch traps); the +1 of
+      // `startRegistering`, still held, goes with the block and is released after it.
+      send({ [self] in cancelHandlers() }, releasingSource: holdsSource)
+    } else {
+      cancelHandlers()
+      if holdsSource { Libdispatch.release(raw) }
+    }
+    cancelHook?()
   }
 
   /// The user's cancel handler, then the event sequence's end and the package's cleanup (the
@@ -224,6 +263,16 @@ class SourceState: @unchecked Sendable {
   }
 
   // MARK: Registration
+
+  /// Records the package's cancel hook (see `Rare.cancelHook`); before the source starts.
+  func setCancelHook(_ hook: @escaping @Sendable () -> Void) {
+    let install = locked.withLock { locked in
+      locked.madeRare().cancelHook = hook
+      defer { locked.cancelInstalled = true }
+      return !locked.cancelInstalled
+    }
+    if install { installCancelBlock() }
+  }
 
   /// Records the user's registration handler, or the package's hook, and installs a registration
   /// block that runs both, the package's first, once: the hook ends a start's wait (and the
@@ -248,27 +297,33 @@ class SourceState: @unchecked Sendable {
     if sendOn && Registration.isCurrent { sendToTarget { [self] in call(handler) } } else { call(handler) }
   }
 
-  /// Opens the registration window of a source `Source.startRegistered` starts (before it is
-  /// activated): `setTarget(_:)` only records the queue until `endRegistration`.
+  /// Puts the source on `Registration.queue` for good, before `Source.startRegistered` points the
+  /// inactive C source there and activates it: its blocks run there (in that queue's frame), and
+  /// `setTarget(_:)` only records the queue the user's work is sent on to. Takes the +1 on the C
+  /// source its sent blocks rely on (`holdsSource`), while the caller holds the `Source` (so the C
+  /// source has a reference to add to), and installs the cancel block, which releases it: a
+  /// source with no cancel handler would otherwise have none, and its C source would leak
+  /// (LeakSanitizer, `make sanitize`). Again does nothing but reopen the window.
   func startRegistering() {
-    locked.withLock { locked in
+    let install = locked.withLock { locked in
       locked.registering = true
+      if locked.startsRegistered { return false }
       locked.startsRegistered = true
+      locked.holdsSource = true
+      Libdispatch.retain(raw)
+      target.store(SourceState.targetWord(Registration.queue), ordering: .relaxed)
+      defer { locked.cancelInstalled = true }
+      return !locked.cancelInstalled
     }
+    if install { installCancelBlock() }
   }
 
-  /// The registration window closes: the C target becomes the recorded queue again (the user's, or
-  /// the last `setTarget(_:)`'s). Called once, by the registration hook. libdispatch applies a new
-  /// target of a source it is running at the end of the current handler call, and counts it as
-  /// deprecated use (it logs it once per process, and stops one run with `LIBDISPATCH_STRICT=1`):
-  /// a source whose queue is the default global queue stays on the registration queue instead,
-  /// which is equivalent for it (a serial queue of the default QoS that runs only the package's
-  /// handlers; the user's are sent on to the global queue).
+  /// The source registered: the start's wait ends. The C source stays on `Registration.queue`:
+  /// libdispatch counts a new target of an active source as deprecated use (it logs it once per
+  /// process, and `LIBDISPATCH_STRICT=1` stops the process), and a queue of the user's would make
+  /// the package's own handlers (a sequence's deliveries, `withSignals`' end) wait for it.
   func endRegistration() {
-    locked.withLock { locked in
-      locked.registering = false
-      if locked.queue !== Queue.global() { Libdispatch.set_target_queue(raw, locked.queue.raw) }
-    }
+    locked.withLock { locked in locked.registering = false }
   }
 
   /// Whether the registration window is open (tests).
@@ -276,16 +331,29 @@ class SourceState: @unchecked Sendable {
 
   /// Runs `body` on the source's queue, inside its frame, with the C source kept until it has run.
   ///
-  /// Called from a registration or cancel block running on `Registration.queue`, where the C
+  /// Called from a registration or event block running on `Registration.queue`, where the C
   /// source holds `Registration.queue`, not the source's queue, and the `Source` may be gone: the
   /// queue comes from `locked.queue`, which this state holds as long as its blocks live, and the
   /// send block holds it too (`RegistrationTests.droppedWithItsQueue`).
+  ///
+  /// The reference it takes is safe because `startRegistering`'s +1 is still held: only the cancel
+  /// path releases that one, and libdispatch runs a source's cancel block after its registration
+  /// and event blocks have returned, never beside them. Without it, the wrapper's last release
+  /// (a dropped source, right after `makeEvents()` returned from the registration hook) racing
+  /// this retain resurrects the C source, and libdispatch traps
+  /// (`SignalSourceTests.droppedWithRegistrationHandler`, `droppedOnGlobalQueue`).
   func sendToTarget(_ body: @escaping @Sendable () -> Void) {
-    let queue = self.queue
     Libdispatch.retain(raw)
+    send(body, releasingSource: true)
+  }
+
+  /// Sends `body` on to the source's queue, inside its frame; releases a reference on the C source
+  /// after it when `releasingSource` (one the caller holds for it).
+  private func send(_ body: @escaping @Sendable () -> Void, releasingSource: Bool) {
+    let queue = self.queue
     Libdispatch.async_block(queue.raw) { [raw, queue] in
       withFrame(queue: queue.raw, flags: queue.flags & frameExclusive, body)
-      Libdispatch.release(raw)
+      if releasingSource { Libdispatch.release(raw) }
     }
   }
 
