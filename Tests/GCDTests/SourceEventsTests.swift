@@ -114,7 +114,11 @@ struct SourceEventsTests {
     source.setCancelHandler { cancels.increment() }
     let started = Event()
     source.setRegistrationHandler { started.signal() }
-    let consumer = Task {
+    // The consumer on a queue of its own too (a task executor preference), not the cooperative
+    // pool: on 2 cores the suite's tests that block their threads (exit tests reading their
+    // children's pipes, waits on events) can hold both of the pool's threads for longer than the
+    // wait below, and a task waiting for a thread never starts the sequence.
+    let consumer = Task(executorPreference: Queue(label: "events.task.cancel.consumer")) {
       var seen = 0
       for try await _ in source.makeEvents() { seen += 1 }
       return seen
