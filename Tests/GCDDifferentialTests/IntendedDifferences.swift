@@ -6,6 +6,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   case badDescriptorThrows
   case brokenPipeIsEPIPE
   case safeDrop
+  case cancelCompletes
+  case cancelHandlerOnce
   case dropStopsReads
   case noEventHandlerClear
   case smallReadsAtOnce
@@ -17,6 +19,10 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "`DispatchSource.makeReadSource`/`makeWriteSource` on a descriptor that is not open returns a source that never fires"
     case .brokenPipeIsEPIPE: "a write to a pipe or socket whose reader is gone raises SIGPIPE, which kills the process"
     case .safeDrop: "releasing a source that is suspended or was never resumed traps (`_dispatch_queue_xref_dispose`)"
+    case .cancelHandlerOnce:
+      "a cancel handler set after the source's cancellation completed runs too: a source's cancel handlers can run twice"
+    case .cancelCompletes:
+      "`cancel()` of a suspended or never-resumed source runs its cancel handler only after the matching `resume()`s"
     case .dropStopsReads:
       "a channel released without `close` keeps its pending reads waiting (and the descriptor held) until end of file"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
@@ -32,6 +38,9 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .brokenPipeIsEPIPE:
       "the first channel installs a do-nothing SIGPIPE handler (if the disposition is the default): the write fails with `EPIPE`"
     case .safeDrop: "dropping a source in any state cancels it and balances its suspensions and activation"
+    case .cancelHandlerOnce: "a source's cancel handler runs once; one set after that never runs"
+    case .cancelCompletes:
+      "`cancel()` balances the outstanding suspensions and starts a never-started source: the cancel handler does not wait; later `suspend()`/`resume()` calls are not the user's to balance"
     case .dropStopsReads: "dropping a channel ends its pending reads with `ECANCELED` and lets its writes finish"
     case .noEventHandlerClear: "no call clears an event handler; a user sets one that does nothing"
     case .smallReadsAtOnce: "a stream channel's reads start at a low-water mark of 1 byte: each read delivers what arrives"
@@ -44,6 +53,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .badDescriptorThrows: "a silent source is a bug found late; an error at the call is found at once"
     case .brokenPipeIsEPIPE: "a peer that goes away must not kill a server (libdispatch's Darwin suppression does not exist on Linux)"
     case .safeDrop: "RAII: a wrapper can be dropped in any state without crashing or leaking"
+    case .cancelHandlerOnce: "the cancel handler is where a descriptor is closed: a second run would close a reused number"
+    case .cancelCompletes: "a cancel handler that closes a descriptor must not wait for a resume that may never come"
     case .dropStopsReads: "a dropped channel must not hold its descriptor for a peer that never writes"
     case .noEventHandlerClear: "a handler is a non-optional closure in the package's API"
     case .smallReadsAtOnce: "with one chunk, a request/response protocol looks hung"
@@ -60,6 +71,9 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "the test process catches SIGPIPE with a do-nothing handler before any run, so the Dispatch write fails with `EPIPE` too"
     case .safeDrop:
       "the Dispatch run's drop cancels, then resumes as often as the source is suspended (and once more if never resumed), then releases"
+    case .cancelHandlerOnce: "no sequence sets a cancel handler on a cancelled source"
+    case .cancelCompletes:
+      "the Dispatch run's cancel resumes as the drop does; no sequence suspends or resumes a cancelled source"
     case .dropStopsReads:
       "the Dispatch run's drop of a channel with a pending read closes it with `.stop` when no write is pending; a read a drop left waiting ends as `ended by drop` on both sides"
     case .noEventHandlerClear: "the GCD run's clear sets an empty handler; neither side records an event for it"
