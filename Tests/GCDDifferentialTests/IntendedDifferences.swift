@@ -11,6 +11,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   case dropStopsReads
   case noEventHandlerClear
   case smallReadsAtOnce
+  case cleanupGetsDescriptor
 
   /// What `import Dispatch` does.
   var dispatch: String {
@@ -26,6 +27,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads:
       "a channel released without `close` keeps its pending reads waiting (and the descriptor held) until end of file"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
+    case .cleanupGetsDescriptor: "a channel's cleanup handler receives an errno value (0 when the channel closed normally)"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of one chunk (1 MiB): a smaller read delivers nothing until it is complete or the stream ends"
     }
@@ -44,6 +46,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads: "dropping a channel ends its pending reads with `ECANCELED` and lets its writes finish"
     case .noEventHandlerClear: "no call clears an event handler; a user sets one that does nothing"
     case .smallReadsAtOnce: "a stream channel's reads start at a low-water mark of 1 byte: each read delivers what arrives"
+    case .cleanupGetsDescriptor: "a channel's cleanup receives the descriptor, to close it there"
     }
   }
 
@@ -58,6 +61,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads: "a dropped channel must not hold its descriptor for a peer that never writes"
     case .noEventHandlerClear: "a handler is a non-optional closure in the package's API"
     case .smallReadsAtOnce: "with one chunk, a request/response protocol looks hung"
+    case .cleanupGetsDescriptor: "the cleanup is where a descriptor passed in is closed (docs/io.md)"
     }
   }
 
@@ -77,6 +81,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads:
       "the Dispatch run's drop of a channel with a pending read closes it with `.stop` when no write is pending; a read a drop left waiting ends as `ended by drop` on both sides"
     case .noEventHandlerClear: "the GCD run's clear sets an empty handler; neither side records an event for it"
+    case .cleanupGetsDescriptor:
+      "each side's cleanup argument is checked against its own contract (0; the descriptor), and only the verdict is compared"
     case .smallReadsAtOnce:
       "the Dispatch run sets a low-water mark of 1 on each new stream channel, as the package does, before the sequence's own `setLimit`"
     }

@@ -451,9 +451,11 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     state.withLock { state in
       let exact = state.ops.allSatisfy { $0.done || $0.endedByDrop || state.channels[$0.channel].lowWater ?? 1 <= 1 }
       out.append("   reads delivered \(exact ? String(state.streamOffset) : "?")")
-      for op in state.ops.indices where !state.ops[op].reported && (state.ops[op].done || final) {
+      // Each operation's end is reported at the teardown, in the order they were issued: when an
+      // operation the model does not wait for ends is a matter of timing. A step reports a hang
+      // (TIMEOUT) for what it waited for.
+      for op in state.ops.indices where final {
         let operation = state.ops[op]
-        guard operation.owed || final else { continue }
         state.ops[op].reported = true
         let name = "op\(op) \(operation.isRead ? "read" : "write") \(operation.length) on c\(state.channels[operation.channel].slot)"
         var facts: [String]
@@ -471,10 +473,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         if operation.wrongQueue { facts.append("A CALL OFF ITS QUEUE") }
         out.append("   \(name): " + facts.joined(separator: ", "))
       }
-      for index in state.barriers.indices where state.barriers[index].ran && !state.barriers[index].reported {
-        guard state.barriers[index].owed || final else { continue }
-        state.barriers[index].reported = true
-        out.append("   barrier\(index) ran")
+      for index in state.barriers.indices where final {
+        out.append("   barrier\(index) \(state.barriers[index].ran ? "ran" : "never ran")")
       }
       if flags {
         let live = state.channels.filter { !$0.closed }
@@ -517,8 +517,12 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     report("teardown: every channel closed with stop, the peer closed, every channel released", final: true)
     state.withLock { state in
       let cleanups = state.channels.enumerated().map { "c\($0.element.slot)#\($0.offset): \($0.element.cleanups.count)" }
-      let right = state.channels.allSatisfy { $0.cleanups.allSatisfy { $0 == state.descriptor } }
-      lines.append("   cleanups \(cleanups.joined(separator: " ")), with the descriptor \(right)")
+      // `IntendedDifference.cleanupGetsDescriptor`: the oracle's cleanup gets an errno (0), the
+      // package's the descriptor; each is checked against its own contract.
+      let expected = driver.side == .dispatch ? 0 : state.descriptor
+      let right = state.channels.allSatisfy { $0.cleanups.allSatisfy { $0 == expected } }
+      lines.append(
+        "   cleanups \(cleanups.joined(separator: " ")), each with its argument as documented \(right) \(IntendedDifference.cleanupGetsDescriptor.tag)")
       let open = Posix.identity(state.descriptor) == state.identity
       let restored = Posix.statusFlags(state.descriptor) == state.originalFlags
       lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")
