@@ -91,3 +91,15 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   /// The tag a run puts on an observation this row maps.
   var tag: String { "[intended: \(rawValue)]" }
 }
+
+extension IntendedDifference {
+  /// The table as docs/reliability.md shows it, row for row (`IntendedDifferencesTests` checks the
+  /// page holds exactly this text).
+  static var markdownTable: String {
+    var table = "| Row | `import Dispatch` | GCD | Why | How a run maps it |\n|---|---|---|---|---|\n"
+    for row in allCases {
+      table += "| `\(row.rawValue)` | \(row.dispatch) | \(row.gcd) | \(row.reason) | \(row.mapping) |\n"
+    }
+    return table
+  }
+}

@@ -291,7 +291,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     setCancelHandler(source, slot: slot, variant: 0)
     // A signal source always has a registration handler: a signal raised before the source is
     // registered would take its default action.
-    if kind.isSignal { setRegistrationHandler(source, slot: slot, byUser: false) }
+    if kind.isSignal { setRegistrationHandler(source, slot: slot) }
   }
 
   private func setCancelHandler(_ source: SourceHandle, slot: Int, variant: Int) {
@@ -313,11 +313,11 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     }
   }
 
-  private func setRegistrationHandler(_ source: SourceHandle, slot: Int, byUser: Bool = true) {
+  private func setRegistrationHandler(_ source: SourceHandle, slot: Int) {
     // Only a handler set before the start is compared: libdispatch runs one set later at the
     // source's next invocation, which is a matter of timing.
     let incarnation = state.withLock {
-      if byUser && !$0.slots[slot]!.activated { $0.slots[slot]!.registrationSet = true }
+      if !$0.slots[slot]!.activated { $0.slots[slot]!.registrationSet = true }
       return $0.slots[slot]!.incarnation
     }
     driver.setRegistrationHandler(source) { [weak self] in

@@ -23,6 +23,9 @@ enum DifferentialConfig {
   /// GCD_DIFF_COUNT if set, else `budget`.
   static func count(budget: Int) -> Int { parse(getenv("GCD_DIFF_COUNT")).map { Int($0) } ?? budget }
 
+  /// GCD_DIFF_ALL=1: go on after a difference (each kind reported once).
+  static let surveyAll = getenv("GCD_DIFF_ALL").map { String(cString: $0) == "1" } ?? false
+
   /// Each differential test's time limit: generous for the fixed budget, and grown with COUNT.
   static let minutes = 10 + (parse(getenv("GCD_DIFF_COUNT")).map { Int($0 / 2_000) } ?? 0)
 
@@ -79,6 +82,7 @@ enum Differential {
   ) -> DifferentialOutcome {
     _ = Posix.brokenPipeCaught
     var outcome = DifferentialOutcome()
+    var seen: Set<String> = []
     let count = DifferentialConfig.count(budget: budget)
     for index in 0..<count {
       let seed = SplitMix64.sequenceSeed(base: DifferentialConfig.baseSeed, index: index)
@@ -86,10 +90,43 @@ enum Differential {
       let steps = F.generate(&rng, profile: profile)
       outcome.ran += 1
       guard let difference = compare(family, steps, deadline: DifferentialConfig.stepDeadline) else { continue }
+      // With GCD_DIFF_ALL=1 the run goes on and reports each kind of difference once (the first
+      // differing lines with their numbers taken out), up to ten kinds: a survey of every defect a
+      // seed range finds, not only the first.
+      let kind = signature(difference)
+      if seen.contains(kind) { continue }
+      seen.insert(kind)
       let report = shrinkAndReport(
         family, profile: profile, steps: steps, first: difference, seed: seed, index: index, count: count)
       outcome.failure = report
       Issue.record(Comment(rawValue: report), sourceLocation: sourceLocation)
+      if !DifferentialConfig.surveyAll || seen.count >= 10 { break }
+    }
+    return outcome
+  }
+
+  /// The kind of a difference: its first differing lines, digits removed.
+  static func signature(_ difference: (dispatch: [String], gcd: [String])) -> String {
+    let line = zip(difference.dispatch, difference.gcd).first { $0.0 != $0.1 } ?? ("", "")
+    return (line.0 + "|" + line.1).filter { !$0.isNumber }
+  }
+
+  /// `run` for an exit-test child: no issue recorded (the parent reports), each sequence's seed
+  /// printed to standard error before it runs (a crash names its sequence), the first difference
+  /// shrunk and returned.
+  static func runQuietly<F: SequenceFamily>(_ family: F.Type, profile: String, budget: Int) -> DifferentialOutcome {
+    _ = Posix.brokenPipeCaught
+    var outcome = DifferentialOutcome()
+    let count = DifferentialConfig.count(budget: budget)
+    for index in 0..<count {
+      let seed = SplitMix64.sequenceSeed(base: DifferentialConfig.baseSeed, index: index)
+      Posix.printError("differential: running seed \(DifferentialConfig.hex(seed))\n")
+      var rng = SplitMix64(seed: seed)
+      let steps = F.generate(&rng, profile: profile)
+      outcome.ran += 1
+      guard let difference = compare(family, steps, deadline: DifferentialConfig.stepDeadline) else { continue }
+      outcome.failure = shrinkAndReport(
+        family, profile: profile, steps: steps, first: difference, seed: seed, index: index, count: count)
       break
     }
     return outcome

@@ -96,6 +96,17 @@ enum Posix {
     return candidate
   }
 
+  /// Writes `text` to standard error (no Foundation here, and `stderr` is a C global).
+  static func printError(_ text: String) {
+    var bytes = Array(text.utf8)
+    var done = 0
+    while done < bytes.count {
+      let wrote = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress! + done, $0.count - done) }
+      if wrote <= 0 { return }
+      done += wrote
+    }
+  }
+
   /// SIGPIPE caught by a handler that does nothing, so that a write whose reader is gone fails
   /// with EPIPE in the `import Dispatch` runs too. A handler, not SIG_IGN: exec resets a handler,
   /// so the other suites' child processes still start with the default disposition.
