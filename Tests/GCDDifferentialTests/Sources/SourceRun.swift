@@ -216,15 +216,19 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     case .raise(let kind):
       // Only while a source of the signal is registered: otherwise the signal would take its
       // default action (the end of the process).
+      // Nor while one of its sources is started with no handler: libdispatch merges a signal on
+      // its manager thread, so whether it is dropped for want of a handler or reaches one set at
+      // the next step is a matter of timing.
       let registered = state.withLock { state -> Bool in
         let listening = state.slots.values.filter { $0.kind == kind && $0.registrations > 0 && !$0.cancelled }
         guard !listening.isEmpty else { return false }
+        if listening.contains(where: { $0.suspensions == 0 && $0.handler == nil }) { return false }
         for (key, entry) in state.slots where entry.kind == kind && entry.registrations > 0 && !entry.cancelled {
           state.slots[key]!.pendingSignals += 1
         }
         return true
       }
-      if registered { kill(getpid(), kind.signalNumber) } else { note = "skipped (no registered source)" }
+      if registered { kill(getpid(), kind.signalNumber) } else { note = "skipped" }
     case .peerWrite(let bytes):
       state.withLock { state in
         guard !state.peerWriteShut, state.peer >= 0 else { return }
