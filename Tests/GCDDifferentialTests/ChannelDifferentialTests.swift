@@ -5,22 +5,22 @@ import Testing
 @Suite("Differential: stream channels against libdispatch", .timeLimit(.minutes(DifferentialConfig.minutes)))
 struct ChannelDifferentialTests {
   @Test("one socket: reads, writes, limits, barriers, close both ways, drop, the peer's end")
-  func socket() {
-    Differential.run(ChannelSequences.self, profile: "socket", budget: 200)
+  func socket() async {
+    await Differential.run(ChannelSequences.self, profile: "socket", budget: 200)
   }
 
   @Test("either end of a pipe, a read on the write-only end included")
-  func pipe() {
-    Differential.run(ChannelSequences.self, profile: "pipe", budget: 120)
+  func pipe() async {
+    await Differential.run(ChannelSequences.self, profile: "pipe", budget: 120)
   }
 
   @Test("two channels on one socket, channels made from live and ended channels, a reused number")
-  func shared() {
-    Differential.run(ChannelSequences.self, profile: "shared", budget: 120)
+  func shared() async {
+    await Differential.run(ChannelSequences.self, profile: "shared", budget: 120)
   }
 
   @Test("reads delivered in many parts on a concurrent queue")
-  func concurrent() {
-    Differential.run(ChannelSequences.self, profile: "concurrent", budget: 120)
+  func concurrent() async {
+    await Differential.run(ChannelSequences.self, profile: "concurrent", budget: 120)
   }
 }

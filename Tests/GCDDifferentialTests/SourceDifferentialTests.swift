@@ -6,17 +6,17 @@ import Testing
 @Suite("Differential: sources against libdispatch", .timeLimit(.minutes(DifferentialConfig.minutes)))
 struct SourceDifferentialTests {
   @Test("read and write sources on a socket, its duplicate and a reused number")
-  func descriptors() {
-    Differential.run(SourceSequences.self, profile: "descriptors", budget: 900)
+  func descriptors() async {
+    await Differential.run(SourceSequences.self, profile: "descriptors", budget: 900)
   }
 
   @Test("timers, data add and data or sources")
-  func data() {
-    Differential.run(SourceSequences.self, profile: "data", budget: 600)
+  func data() async {
+    await Differential.run(SourceSequences.self, profile: "data", budget: 600)
   }
 
   @Test("every in-process kind at once")
-  func mixed() {
-    Differential.run(SourceSequences.self, profile: "mixed", budget: 600)
+  func mixed() async {
+    await Differential.run(SourceSequences.self, profile: "mixed", budget: 600)
   }
 }

@@ -493,6 +493,10 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
   /// Closes every channel with `.stop`, closes the peer, releases everything, waits for each
   /// channel's cleanup, and reports the ends, the flags and the descriptor.
   func finish() -> [String] {
+    // The peer first: a write blocked on a full socket then ends with EPIPE on both sides rather
+    // than waiting on the stop (libdispatch's stop of such a write can take its time, and a record
+    // of the number left behind would stall the next sequence that gets the same number).
+    closePeer()
     let live = state.withLock { state in
       state.channels.indices.compactMap { id -> ChannelHandle? in
         guard let handle = state.channels[id].handle, !state.channels[id].closed else { return nil }
@@ -503,7 +507,6 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     }
     for handle in live { driver.close(handle, stop: true) }
     settle()
-    closePeer()
     state.withLock { state in
       for id in state.channels.indices { state.channels[id].handle = nil }
     }
@@ -512,9 +515,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done }
       }
     }
-    if !ended { timeouts.append("after close(stop: true) and the peer's close, not every operation and cleanup ended within \(deadline)") }
+    if !ended { timeouts.append("after the peer's close and close(stop: true), not every operation and cleanup ended within \(deadline)") }
     for queue in queues { driver.sync(queue) }
-    report("teardown: every channel closed with stop, the peer closed, every channel released", final: true)
+    report("teardown: the peer closed, every channel closed with stop and released", final: true)
     state.withLock { state in
       let cleanups = state.channels.enumerated().map { "c\($0.element.slot)#\($0.offset): \($0.element.cleanups.count)" }
       // `IntendedDifference.cleanupGetsDescriptor`: the oracle's cleanup gets an errno (0), the

@@ -56,7 +56,7 @@ extension String {
 }
 
 /// One family of sequences: how to generate one from a seed and how to run it on either side.
-protocol SequenceFamily {
+protocol SequenceFamily: SendableMetatype {
   associatedtype Step: CustomStringConvertible & Sendable
   /// Generates a sequence from `rng`.
   static func generate(_ rng: inout SplitMix64, profile: String) -> [Step]
@@ -66,7 +66,7 @@ protocol SequenceFamily {
 }
 
 /// How many sequences a family ran, for the summary line.
-struct DifferentialOutcome {
+struct DifferentialOutcome: Sendable {
   var ran = 0
   var failure: String?
 }
@@ -76,10 +76,21 @@ enum Differential {
   /// Dispatch, then through GCD, their observations compared. The first difference is shrunk and
   /// recorded as an issue carrying the seed, the minimal sequence and both observations; the run
   /// stops there (each further failing sequence could cost a hang's deadline).
+  ///
+  /// The sequences run on a thread of their own: they block while they wait, and the cooperative
+  /// pool's threads (two on this machine) belong to the other suites' tasks.
   @discardableResult
   static func run<F: SequenceFamily>(
     _ family: F.Type, profile: String, budget: Int, sourceLocation: SourceLocation = #_sourceLocation
-  ) -> DifferentialOutcome {
+  ) async -> DifferentialOutcome {
+    let outcome = await onThreadOfItsOwn { runBlocking(family, profile: profile, budget: budget) }
+    if let failure = outcome.failure { Issue.record(Comment(rawValue: failure), sourceLocation: sourceLocation) }
+    return outcome
+  }
+
+  /// The loop `run` runs: sequences until the first difference (or, with GCD_DIFF_ALL=1, until ten
+  /// kinds of difference), each reported difference shrunk; the reports joined.
+  static func runBlocking<F: SequenceFamily>(_ family: F.Type, profile: String, budget: Int) -> DifferentialOutcome {
     _ = Posix.brokenPipeCaught
     var outcome = DifferentialOutcome()
     var seen: Set<String> = []
@@ -98,8 +109,7 @@ enum Differential {
       seen.insert(kind)
       let report = shrinkAndReport(
         family, profile: profile, steps: steps, first: difference, seed: seed, index: index, count: count)
-      outcome.failure = report
-      Issue.record(Comment(rawValue: report), sourceLocation: sourceLocation)
+      outcome.failure = outcome.failure.map { $0 + "\n\n" + report } ?? report
       if !DifferentialConfig.surveyAll || seen.count >= 10 { break }
     }
     return outcome
@@ -210,4 +220,25 @@ final class Waiter: Sendable {
       pause = min(pause * 2, 5000)
     }
   }
+}
+
+/// Runs `body` on a new thread and returns its result.
+func onThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+  await withCheckedContinuation { continuation in
+    let work = ThreadWork { continuation.resume(returning: body()) }
+    var thread = pthread_t()
+    let made = pthread_create(
+      &thread, nil,
+      { raw in
+        Unmanaged<ThreadWork>.fromOpaque(raw!).takeRetainedValue().body()
+        return nil
+      }, Unmanaged.passRetained(work).toOpaque())
+    precondition(made == 0, "pthread_create: \(made)")
+    pthread_detach(thread)
+  }
+}
+
+private final class ThreadWork: Sendable {
+  let body: @Sendable () -> Void
+  init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 }
