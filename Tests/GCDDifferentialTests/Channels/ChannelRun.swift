@@ -497,6 +497,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     // than waiting on the stop (libdispatch's stop of such a write can take its time, and a record
     // of the number left behind would stall the next sequence that gets the same number).
     closePeer()
+    settle()
     let live = state.withLock { state in
       state.channels.indices.compactMap { id -> ChannelHandle? in
         guard let handle = state.channels[id].handle, !state.channels[id].closed else { return nil }
