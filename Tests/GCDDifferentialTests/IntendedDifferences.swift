@@ -27,7 +27,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads:
       "a channel released without `close` keeps its pending reads waiting (and the descriptor held) until end of file"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
-    case .cleanupGetsDescriptor: "a channel's cleanup handler receives an errno value (0 when the channel closed normally)"
+    case .cleanupGetsDescriptor:
+      "a channel's cleanup handler receives an errno value (0 when the channel closed normally)"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of one chunk (1 MiB): a smaller read delivers nothing until it is complete or the stream ends"
     }
@@ -45,7 +46,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "`cancel()` balances the outstanding suspensions and starts a never-started source: the cancel handler does not wait; later `suspend()`/`resume()` calls are not the user's to balance"
     case .dropStopsReads: "dropping a channel ends its pending reads with `ECANCELED` and lets its writes finish"
     case .noEventHandlerClear: "no call clears an event handler; a user sets one that does nothing"
-    case .smallReadsAtOnce: "a stream channel's reads start at a low-water mark of 1 byte: each read delivers what arrives"
+    case .smallReadsAtOnce:
+      "a stream channel's reads start at a low-water mark of 1 byte: each read delivers what arrives"
     case .cleanupGetsDescriptor: "a channel's cleanup receives the descriptor, to close it there"
     }
   }
@@ -54,9 +56,11 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   var reason: String {
     switch self {
     case .badDescriptorThrows: "a silent source is a bug found late; an error at the call is found at once"
-    case .brokenPipeIsEPIPE: "a peer that goes away must not kill a server (libdispatch's Darwin suppression does not exist on Linux)"
+    case .brokenPipeIsEPIPE:
+      "a peer that goes away must not kill a server (libdispatch's Darwin suppression does not exist on Linux)"
     case .safeDrop: "RAII: a wrapper can be dropped in any state without crashing or leaking"
-    case .cancelHandlerOnce: "the cancel handler is where a descriptor is closed: a second run would close a reused number"
+    case .cancelHandlerOnce:
+      "the cancel handler is where a descriptor is closed: a second run would close a reused number"
     case .cancelCompletes: "a cancel handler that closes a descriptor must not wait for a resume that may never come"
     case .dropStopsReads: "a dropped channel must not hold its descriptor for a peer that never writes"
     case .noEventHandlerClear: "a handler is a non-optional closure in the package's API"

@@ -18,7 +18,8 @@ struct IntendedDifferencesTests {
     let page = try #require(readText(root + "/docs/reliability.md"))
     #expect(
       page.contains(IntendedDifference.markdownTable),
-      "docs/reliability.md's table differs from IntendedDifference; it should read:\n\(IntendedDifference.markdownTable)")
+      "docs/reliability.md's table differs from IntendedDifference; it should read:\n\(IntendedDifference.markdownTable)"
+    )
   }
 
   @Test("each row's tag names the row")

@@ -46,7 +46,8 @@ struct SignalDifferentialTests {
     {
       var rng = SplitMix64(seed: seed)
       let steps = SourceSequences.generate(&rng, profile: "signals")
-      comment += "It died during sequence seed \(DifferentialConfig.hex(seed)) (not shrunk: each try would be a process):\n"
+      comment +=
+        "It died during sequence seed \(DifferentialConfig.hex(seed)) (not shrunk: each try would be a process):\n"
       for (number, step) in steps.enumerated() { comment += "  \(number + 1). \(step)\n" }
       comment += "Replay: make differential SEED=\(DifferentialConfig.hex(seed)) COUNT=1\n"
       comment += "Its output:\n" + rest

@@ -57,7 +57,8 @@ struct DispatchChannelDriver: ChannelDriver {
   private func io(_ channel: ChannelHandle) -> DispatchIO { (channel as! DispatchChannelHandle).io }
 
   func open(descriptor: Int32, queue: AnyObject, cleanup: @escaping @Sendable (Int32) -> Void) -> ChannelHandle {
-    let io = DispatchIO(type: .stream, fileDescriptor: descriptor, queue: queue as! DispatchQueue, cleanupHandler: cleanup)
+    let io = DispatchIO(
+      type: .stream, fileDescriptor: descriptor, queue: queue as! DispatchQueue, cleanupHandler: cleanup)
     // `IntendedDifference.smallReadsAtOnce`: the package's stream reads start at 1 byte.
     io.setLimit(lowWater: 1)
     return DispatchChannelHandle(io)

@@ -129,10 +129,11 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       let handle = driver.open(descriptor: descriptor, queue: queues[0], cleanup: cleanup(id))
       state.withLock { $0.channels[id].handle = handle }
     case .openFrom(let slot, let from):
-      guard slot != from, let (parent, ended) = state.withLock({ state -> (ChannelHandle, Bool)? in
-        guard let id = state.slots[from], let handle = state.channels[id].handle else { return nil }
-        return (handle, state.channels[id].closed)
-      })
+      guard slot != from,
+        let (parent, ended) = state.withLock({ state -> (ChannelHandle, Bool)? in
+          guard let id = state.slots[from], let handle = state.channels[id].handle else { return nil }
+          return (handle, state.channels[id].closed)
+        })
       else {
         note = "skipped (no c\(from))"
         break
@@ -251,7 +252,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
   private func issue(isRead: Bool, channel: Int, length: Int, queue: Int) -> Int {
     state.withLock { state in
       state.ops.append(
-        Operation(isRead: isRead, channel: channel, length: length, queue: queue, issuedClosed: state.channels[channel].closed))
+        Operation(
+          isRead: isRead, channel: channel, length: length, queue: queue, issuedClosed: state.channels[channel].closed))
       return state.ops.count - 1
     }
   }
@@ -380,7 +382,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
 
   /// Whether `op` waits behind a barrier of its channel that has not run.
   private func blocked(_ op: Int, _ state: State) -> Bool {
-    state.barriers.contains { $0.channel == state.ops[op].channel && !$0.ran && !$0.before.contains(op) && $0.before.allSatisfy { $0 < op } }
+    state.barriers.contains {
+      $0.channel == state.ops[op].channel && !$0.ran && !$0.before.contains(op) && $0.before.allSatisfy { $0 < op }
+    }
   }
 
   /// What the model says libdispatch owes now; marks those operations as owed.
@@ -457,7 +461,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       for op in state.ops.indices where final {
         let operation = state.ops[op]
         state.ops[op].reported = true
-        let name = "op\(op) \(operation.isRead ? "read" : "write") \(operation.length) on c\(state.channels[operation.channel].slot)"
+        let name =
+          "op\(op) \(operation.isRead ? "read" : "write") \(operation.length) on c\(state.channels[operation.channel].slot)"
         var facts: [String]
         if operation.endedByDrop {
           facts = ["ended by drop \(IntendedDifference.dropStopsReads.tag)"]
@@ -465,7 +470,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
           facts = ["never ended"]
         } else {
           facts = ["errno \(operation.error)"]
-          let whole = operation.error == 0 && (!operation.isRead || state.channels[operation.channel].lowWater ?? 1 <= 1)
+          let whole =
+            operation.error == 0 && (!operation.isRead || state.channels[operation.channel].lowWater ?? 1 <= 1)
           if whole { facts.append("\(operation.delivered) bytes") }
         }
         if operation.afterDone { facts.append("A CALL AFTER done") }
@@ -516,17 +522,23 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done }
       }
     }
-    if !ended { timeouts.append("after the peer's close and close(stop: true), not every operation and cleanup ended within \(deadline)") }
+    if !ended {
+      timeouts.append(
+        "after the peer's close and close(stop: true), not every operation and cleanup ended within \(deadline)")
+    }
     for queue in queues { driver.sync(queue) }
     report("teardown: the peer closed, every channel closed with stop and released", final: true)
     state.withLock { state in
-      let cleanups = state.channels.enumerated().map { "c\($0.element.slot)#\($0.offset): \($0.element.cleanups.count)" }
+      let cleanups = state.channels.enumerated().map {
+        "c\($0.element.slot)#\($0.offset): \($0.element.cleanups.count)"
+      }
       // `IntendedDifference.cleanupGetsDescriptor`: the oracle's cleanup gets an errno (0), the
       // package's the descriptor; each is checked against its own contract.
       let expected = driver.side == .dispatch ? 0 : state.descriptor
       let right = state.channels.allSatisfy { $0.cleanups.allSatisfy { $0 == expected } }
       lines.append(
-        "   cleanups \(cleanups.joined(separator: " ")), each with its argument as documented \(right) \(IntendedDifference.cleanupGetsDescriptor.tag)")
+        "   cleanups \(cleanups.joined(separator: " ")), each with its argument as documented \(right) \(IntendedDifference.cleanupGetsDescriptor.tag)"
+      )
       let open = Posix.identity(state.descriptor) == state.identity
       let restored = Posix.statusFlags(state.descriptor) == state.originalFlags
       lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")

@@ -70,17 +70,31 @@ enum ChannelStep: CustomStringConvertible, Sendable, Hashable {
     var open: Set<Int> = []
     let length = 3 + rng.below(12)
     for _ in 0..<length {
-      let slot = open.isEmpty || rng.chance(10) ? rng.below(profile == "shared" ? 3 : 2) : open.sorted()[rng.below(open.count)]
+      let slot =
+        open.isEmpty || rng.chance(10) ? rng.below(profile == "shared" ? 3 : 2) : open.sorted()[rng.below(open.count)]
       let exists = open.contains(slot)
       let other = open.filter { $0 != slot }.sorted()
       let concurrent = profile == "concurrent" ? rng.chance(70) : rng.chance(25)
       let step: ChannelStep = rng.weighted([
         (exists ? 2 : 25, .open(slot: slot)),
-        (other.isEmpty ? 0 : (profile == "shared" ? 10 : 3), .openFrom(slot: slot, from: other.isEmpty ? 0 : other[rng.below(other.count)])),
-        (exists ? 16 : 1, .read(slot: slot, length: [1, 10, 100, 4096, 65536, 200_000][rng.below(6)], concurrent: concurrent)),
-        (exists ? 12 : 1, .write(slot: slot, bytes: rng.chance(70) ? 1 + rng.below(2048) : 1 << 20, concurrent: concurrent)),
-        (exists ? (profile == "concurrent" ? 8 : 4) : 0,
-         .setLimit(slot: slot, lowWater: rng.chance(50) ? nil : [1, 16, 1024][rng.below(3)], highWater: rng.chance(30) ? nil : [1, 512, 4096][rng.below(3)])),
+        (
+          other.isEmpty ? 0 : (profile == "shared" ? 10 : 3),
+          .openFrom(slot: slot, from: other.isEmpty ? 0 : other[rng.below(other.count)])
+        ),
+        (
+          exists ? 16 : 1,
+          .read(slot: slot, length: [1, 10, 100, 4096, 65536, 200_000][rng.below(6)], concurrent: concurrent)
+        ),
+        (
+          exists ? 12 : 1,
+          .write(slot: slot, bytes: rng.chance(70) ? 1 + rng.below(2048) : 1 << 20, concurrent: concurrent)
+        ),
+        (
+          exists ? (profile == "concurrent" ? 8 : 4) : 0,
+          .setLimit(
+            slot: slot, lowWater: rng.chance(50) ? nil : [1, 16, 1024][rng.below(3)],
+            highWater: rng.chance(30) ? nil : [1, 512, 4096][rng.below(3)])
+        ),
         (exists ? 4 : 0, .barrier(slot: slot)),
         (exists ? 5 : 0, .close(slot: slot, stop: rng.chance(50))),
         (exists ? 3 : 0, .drop(slot: slot)),

@@ -121,7 +121,8 @@ struct DispatchSourceDriver: SourceDriver {
 
   func schedule(_ source: SourceHandle, after delay: Duration) {
     let nanoseconds = Int(delay.components.seconds) * 1_000_000_000 + Int(delay.components.attoseconds / 1_000_000_000)
-    (raw(source) as? DispatchSourceTimer)?.schedule(deadline: .now() + .nanoseconds(nanoseconds), leeway: .nanoseconds(0))
+    (raw(source) as? DispatchSourceTimer)?.schedule(
+      deadline: .now() + .nanoseconds(nanoseconds), leeway: .nanoseconds(0))
   }
 }
 

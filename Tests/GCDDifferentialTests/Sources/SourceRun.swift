@@ -199,7 +199,11 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       guard let source = usable(slot), state.withLock({ $0.slots[slot]!.kind.isData }) else { break }
       state.withLock {
         guard !$0.slots[slot]!.cancelled else { return }
-        if $0.slots[slot]!.kind == .add { $0.slots[slot]!.pendingData &+= value } else { $0.slots[slot]!.pendingData |= value }
+        if $0.slots[slot]!.kind == .add {
+          $0.slots[slot]!.pendingData &+= value
+        } else {
+          $0.slots[slot]!.pendingData |= value
+        }
       }
       driver.merge(source, value)
     case .schedule(let slot):
@@ -543,7 +547,8 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     // What libdispatch drops for want of a handler: merges and fires that find an active source
     // with none (for a timer, a matter of timing: its later fires are not compared).
     state.withLock { state in
-      for (key, entry) in state.slots where entry.source != nil && entry.activated && entry.suspensions == 0
+      for (key, entry) in state.slots
+      where entry.source != nil && entry.activated && entry.suspensions == 0
         && !entry.cancelled && entry.handler == nil
       {
         state.slots[key]!.pendingData = 0

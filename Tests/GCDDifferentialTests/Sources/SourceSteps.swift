@@ -81,8 +81,14 @@ extension SourceStep {
       let slot = created.isEmpty || rng.chance(15) ? rng.below(3) : created.keys.sorted()[rng.below(created.count)]
       let kind = created[slot]
       let step: SourceStep = rng.weighted([
-        (kind == nil ? 30 : 4, .create(slot: slot, kind: kinds[rng.below(kinds.count)], onDuplicate: rng.chance(30), queue: rng.below(2))),
-        (profile == "descriptors" || profile == "mixed" ? 1 : 0, .createOnClosedNumber(slot: slot, kind: rng.chance(50) ? .read : .write)),
+        (
+          kind == nil ? 30 : 4,
+          .create(slot: slot, kind: kinds[rng.below(kinds.count)], onDuplicate: rng.chance(30), queue: rng.below(2))
+        ),
+        (
+          profile == "descriptors" || profile == "mixed" ? 1 : 0,
+          .createOnClosedNumber(slot: slot, kind: rng.chance(50) ? .read : .write)
+        ),
         (14, .setHandler(slot: slot, variant: rng.below(2))),
         (3, .clearHandler(slot: slot)),
         (3, .setCancelHandler(slot: slot)),

@@ -92,7 +92,17 @@ enum Differential {
   /// kinds of difference), each reported difference shrunk; the reports joined.
   static func runBlocking<F: SequenceFamily>(_ family: F.Type, profile: String, budget: Int) -> DifferentialOutcome {
     _ = Posix.brokenPipeCaught
+    let clock = ContinuousClock()
+    let start = clock.now
     var outcome = DifferentialOutcome()
+    defer {
+      let seconds =
+        Double((clock.now - start).components.attoseconds / 10_000_000_000_000_000) / 100
+        + Double((clock.now - start).components.seconds)
+      print(
+        "differential \(F.self) (\(profile)): \(outcome.ran) sequences from seed \(DifferentialConfig.hex(DifferentialConfig.baseSeed)) in \(seconds) s\(outcome.failure == nil ? "" : ", a difference")"
+      )
+    }
     var seen: Set<String> = []
     let count = DifferentialConfig.count(budget: budget)
     for index in 0..<count {
