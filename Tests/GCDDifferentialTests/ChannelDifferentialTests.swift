@@ -1,7 +1,7 @@
 import Testing
 
 /// Stream-channel sequences through `DispatchIO` and through GCD's `IOChannel`, compared
-/// (docs/reliability.md, "Differential tests"). `make test` runs 560 from seed 38.
+/// (docs/reliability.md, "Differential tests"). `make test` runs 600 from seed 38.
 @Suite("Differential: stream channels against libdispatch", .timeLimit(.minutes(DifferentialConfig.minutes)))
 struct ChannelDifferentialTests {
   @Test("one socket: reads, writes, limits, barriers, close both ways, drop, the peer's end")
@@ -17,6 +17,11 @@ struct ChannelDifferentialTests {
   @Test("two channels on one socket, channels made from live and ended channels, a reused number")
   func shared() async {
     await Differential.run(ChannelSequences.self, profile: "shared", budget: 120)
+  }
+
+  @Test("a channel made from one that ended, its number since taken by another socket")
+  func fromEnded() async {
+    await Differential.run(ChannelSequences.self, profile: "ended", budget: 40)
   }
 
   @Test("reads delivered in many parts on a concurrent queue")

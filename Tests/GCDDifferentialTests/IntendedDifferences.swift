@@ -28,7 +28,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "a channel released without `close` keeps its pending reads waiting (and the descriptor held) until end of file"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
     case .cleanupGetsDescriptor:
-      "a channel's cleanup handler receives an errno value (0 when the channel closed normally)"
+      "a channel's cleanup handler receives an errno value (0, or `ECANCELED` after a stop)"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of one chunk (1 MiB): a smaller read delivers nothing until it is complete or the stream ends"
     }
@@ -86,7 +86,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "the Dispatch run's drop of a channel with a pending read closes it with `.stop` when no write is pending; a read a drop left waiting ends as `ended by drop` on both sides"
     case .noEventHandlerClear: "the GCD run's clear sets an empty handler; neither side records an event for it"
     case .cleanupGetsDescriptor:
-      "each side's cleanup argument is checked against its own contract (0; the descriptor), and only the verdict is compared"
+      "the GCD run checks its cleanup got the descriptor; the Dispatch run's errno is not compared; both report the verdict"
     case .smallReadsAtOnce:
       "the Dispatch run sets a low-water mark of 1 on each new stream channel, as the package does, before the sequence's own `setLimit`"
     }

@@ -60,10 +60,32 @@ enum ChannelStep: CustomStringConvertible, Sendable, Hashable {
     }
   }
 
+  /// A channel made from one that ended, its number since taken by another socket: a channel
+  /// used and closed (either way), the number reused, a channel made from the closed one, the new
+  /// peer writing, a read and a write on the new channel, in varying sizes and order.
+  static func generateFromEnded(_ rng: inout SplitMix64) -> [ChannelStep] {
+    var steps: [ChannelStep] = [.fixture(.socket), .open(slot: 0)]
+    if rng.chance(50) { steps.append(.write(slot: 0, bytes: 1 + rng.below(100), concurrent: false)) }
+    if rng.chance(50) {
+      steps += [.peerWrite(bytes: 1 + rng.below(100)), .read(slot: 0, length: 1 + rng.below(100), concurrent: false)]
+    }
+    steps.append(.close(slot: 0, stop: rng.chance(50)))
+    steps.append(.reuseNumber)
+    steps.append(.openFrom(slot: 1, from: 0))
+    var tail: [ChannelStep] = [
+      .peerWrite(bytes: 1 + rng.below(500)), .read(slot: 1, length: 1 + rng.below(1000), concurrent: rng.chance(30)),
+    ]
+    if rng.chance(50) { tail.append(.write(slot: 1, bytes: 1 + rng.below(500), concurrent: false)) }
+    if rng.chance(30) { tail.append(.peerDrain) }
+    if rng.chance(30) { tail.swapAt(0, 1) }
+    return steps + tail
+  }
+
   /// Profiles: "socket" (one socket, everything), "pipe" (either end of a pipe), "shared" (two
   /// channels on one socket, channels made from channels, a reused number), "concurrent" (reads in
   /// many deliveries on a concurrent queue).
   static func generate(_ rng: inout SplitMix64, profile: String) -> [ChannelStep] {
+    if profile == "ended" { return generateFromEnded(&rng) }
     let fixture: ChannelFixture =
       profile == "pipe" ? (rng.chance(50) ? .pipeReadEnd : .pipeWriteEnd) : .socket
     var steps: [ChannelStep] = [.fixture(fixture)]
