@@ -1399,3 +1399,251 @@ extension IOChannelTests {
     withExtendedLifetime(channel) {}
   }
 }
+
+// MARK: - Stream channels where libdispatch is the oracle (issue 38)
+
+/// What the calls of one read handler did: whether two ran at once, whether one ran after `done`,
+/// the bytes in the order the calls saw them.
+private final class CallRecord: Sendable {
+  struct State {
+    var running = 0
+    var overlapped = false
+    var doneSeen = false
+    var afterDone = false
+    var calls = 0
+    var bytes: [UInt8] = []
+  }
+  let state = Mutex(State())
+  let finished = Event()
+
+  var handler: IOChannel.Handler {
+    { done, data, _ in
+      self.state.withLock { state in
+        state.running += 1
+        if state.running > 1 { state.overlapped = true }
+        if state.doneSeen { state.afterDone = true }
+        if let data { state.bytes += Array(data) }
+      }
+      usleep(50)  // widens the window in which a second call could run beside this one
+      self.state.withLock { state in
+        if done { state.doneSeen = true }
+        state.running -= 1
+        state.calls += 1
+      }
+      if done { self.finished.signal() }
+    }
+  }
+}
+
+/// Whether `descriptor` is in non-blocking mode now.
+private func isNonBlocking(_ descriptor: Int32) -> Bool { fcntl(descriptor, F_GETFL) & O_NONBLOCK != 0 }
+
+/// A connected pair of blocking Unix stream sockets (close-on-exec).
+private func blockingSocketPair() -> (Int32, Int32) {
+  var ends: [Int32] = [-1, -1]
+  precondition(
+    socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0,
+    "socketpair failed: errno \(errno)")
+  return (ends[0], ends[1])
+}
+
+extension IOChannelTests {
+  @Test(
+    "two stream channels over one socket: the first to end leaves it non-blocking for the second, whose stopped large write ends with ECANCELED; the flags come back when the last ends",
+    .timeLimit(.minutes(1)))
+  func twoChannelsOneDescriptor() async {
+    let (mine, peer) = blockingSocketPair()
+    // Closing the peer ends a write(2) that blocks (EPIPE), should the descriptor be blocking.
+    defer {
+      close(peer)
+      close(mine)
+    }
+    let original = fcntl(mine, F_GETFL)
+    #expect(original & O_NONBLOCK == 0)
+    let firstCleanup = Cleanup(closes: false)
+    let secondCleanup = Cleanup(closes: false)
+    let write = Operation()
+    do {
+      let first = IOChannel(fileDescriptor: mine, type: .stream, queue: queue, cleanup: firstCleanup.handler)
+      let second = IOChannel(fileDescriptor: mine, type: .stream, queue: queue, cleanup: secondCleanup.handler)
+      #expect(isNonBlocking(mine))
+      first.close()
+      #expect(await eventually { first.fileDescriptor == -1 })
+      #expect(
+        !blocking { pollBriefly { !isNonBlocking(mine) } },
+        "the first channel's end restored the blocking flags under the second")
+      #expect(!firstCleanup.ran.isSignaled, "the first cleanup ran while another channel used the descriptor")
+      // Far more than the socket buffers hold, and nobody reads: the write waits for room.
+      second.write(data: randomBuffer(16 << 20), queue: queue, handler: write.handler)
+      second.close(stop: true)
+      #expect(await eventually { write.finished.isSignaled }, "the stopped write never ended (blocked in write(2)?)")
+      #expect(write.finalError == ECANCELED)
+    }
+    #expect(await eventually { firstCleanup.ran.isSignaled && secondCleanup.ran.isSignaled })
+    #expect(fcntl(mine, F_GETFL) == original, "the last channel's end did not restore the original flags")
+  }
+
+  @Test(
+    "a stream channel made from one that already ended touches no descriptor: its reads and writes end with ECANCELED, its cleanup gets -1",
+    .timeLimit(.minutes(1)))
+  func channelFromEndedChannel() async {
+    let (mine, minePeer) = blockingSocketPair()
+    let (other, otherPeer) = blockingSocketPair()
+    defer {
+      close(mine)
+      close(minePeer)
+      close(other)
+      close(otherPeer)
+    }
+    let firstCleanup = Cleanup(closes: false)
+    let replaced = Event()
+    let first = IOChannel(fileDescriptor: mine, type: .stream, queue: queue) { fd in
+      // The number now names another connection, as a reused number would.
+      precondition(dup2(other, fd) == fd, "dup2: errno \(errno)")
+      firstCleanup.handler(fd)
+      replaced.signal()
+    }
+    first.close()
+    #expect(await eventually { replaced.isSignaled })
+    write(otherPeer, Array("another connection's bytes".utf8))
+    let secondCleanup = Cleanup(closes: false)
+    let second = IOChannel(channel: first, type: .stream, queue: queue, cleanup: secondCleanup.handler)
+    let read = Operation()
+    let sent = Operation()
+    second.read(length: 100, queue: queue, handler: read.handler)
+    second.write(data: [1, 2, 3], queue: queue, handler: sent.handler)
+    #expect(await eventually { read.finished.isSignaled && sent.finished.isSignaled })
+    #expect(read.received.isEmpty, "the channel read another connection's bytes")
+    #expect(read.finalError == ECANCELED)
+    #expect(sent.finalError == ECANCELED)
+    #expect(second.fileDescriptor == -1)
+    var byte: UInt8 = 0
+    #expect(recv(otherPeer, &byte, 1, Int32(MSG_DONTWAIT)) == -1, "the channel wrote to another connection")
+    second.close()
+    #expect(await eventually { secondCleanup.ran.isSignaled })
+    #expect(secondCleanup.descriptor.withLock { $0 } == -1)
+    #expect(!isNonBlocking(mine), "the other connection's flags were changed")
+  }
+
+  @Test(
+    "a stream channel made from one closed while its read still waits ends its operations with ECANCELED, as libdispatch's does",
+    .timeLimit(.minutes(1)))
+  func channelFromClosedChannel() async {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let firstCleanup = Cleanup()
+    let secondCleanup = Cleanup(closes: false)
+    let first = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: firstCleanup.handler)
+    let waiting = Operation()
+    first.read(length: 3, queue: queue, handler: waiting.handler)
+    first.close()
+    let second = IOChannel(channel: first, type: .stream, queue: queue, cleanup: secondCleanup.handler)
+    let read = Operation()
+    second.read(length: 3, queue: queue, handler: read.handler)
+    #expect(await eventually { read.finished.isSignaled && secondCleanup.ran.isSignaled })
+    #expect(read.finalError == ECANCELED)
+    #expect(secondCleanup.descriptor.withLock { $0 } == -1)
+    write(writeEnd, [1, 2, 3])
+    close(writeEnd)
+    #expect(await eventually { waiting.finished.isSignaled && firstCleanup.ran.isSignaled })
+    #expect(waiting.received == [1, 2, 3], "the closed channel's read did not run to its end")
+  }
+
+  @Test(
+    "a random-access channel made from a socket channel ends its reads with ESPIPE and its cleanup gets -1, leaving the socket to its channel",
+    .timeLimit(.minutes(1)))
+  func randomAccessFromSocketChannel() async throws {
+    let (mine, peer) = blockingSocketPair()
+    defer { close(peer) }
+    let firstCleanup = Cleanup()
+    let secondCleanup = Cleanup()
+    let first = IOChannel(fileDescriptor: mine, type: .stream, queue: queue, cleanup: firstCleanup.handler)
+    let second = IOChannel(channel: first, type: .randomAccess, queue: queue, cleanup: secondCleanup.handler)
+    let read = Operation()
+    second.read(length: 10, queue: queue, handler: read.handler)
+    #expect(await eventually { read.finished.isSignaled && secondCleanup.ran.isSignaled })
+    #expect(read.finalError == ESPIPE)
+    #expect(secondCleanup.descriptor.withLock { $0 } == -1, "the cleanup was handed the socket channel's descriptor")
+    try await first.write([1, 2, 3])
+    var bytes = [UInt8](repeating: 0, count: 3)
+    #expect(recv(peer, &bytes, 3, Int32(MSG_WAITALL)) == 3)
+    #expect(bytes == [1, 2, 3])
+    first.close()
+    #expect(await eventually { firstCleanup.ran.isSignaled })
+  }
+
+  @Test(
+    "a channel made from a closed file channel (a C channel) ends its reads with ECANCELED, and its cleanup gets -1, not the number",
+    .timeLimit(.minutes(1)))
+  func channelFromClosedFileChannel() async throws {
+    let file = temporaryFile(containing: patternBytes(100))
+    defer { unlink(file) }
+    let firstCleanup = Cleanup(closes: false)
+    let first = try IOChannel(path: file, flags: O_RDONLY, type: .stream, queue: queue, cleanup: firstCleanup.handler)
+    first.close()
+    #expect(await eventually { firstCleanup.ran.isSignaled })
+    let secondCleanup = Cleanup(closes: false)
+    let second = IOChannel(channel: first, type: .stream, queue: queue, cleanup: secondCleanup.handler)
+    let read = Operation()
+    second.read(length: 10, queue: queue, handler: read.handler)
+    #expect(await eventually { read.finished.isSignaled && secondCleanup.ran.isSignaled })
+    #expect(read.finalError == ECANCELED)
+    #expect(read.received.isEmpty)
+    #expect(secondCleanup.descriptor.withLock { $0 } == -1, "the cleanup was handed a number its channel never had")
+  }
+
+  @Test(
+    "on a concurrent queue one stream read's handler calls run one at a time, in order, with done last",
+    .timeLimit(.minutes(1)))
+  func readCallsSerialOnConcurrentQueue() async {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let target = Queue(label: "io-tests.concurrent", kind: .concurrent)
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: Cleanup().handler)
+    channel.setLimit(highWater: 16)
+    let record = CallRecord()
+    channel.read(length: Int.max, queue: target, handler: record.handler)
+    let sent = patternBytes(32 * 1024)
+    Queue.global().async {
+      var offset = 0
+      while offset < sent.count {
+        let count = min(512, sent.count - offset)
+        let written = sent[offset..<offset + count].withUnsafeBytes { Glibc.write(writeEnd, $0.baseAddress, $0.count) }
+        precondition(written > 0, "write: errno \(errno)")
+        offset += written
+      }
+      close(writeEnd)
+    }
+    #expect(await eventually { record.finished.isSignaled })
+    #expect(await eventually { record.state.withLock { $0.running == 0 } })
+    let (overlapped, afterDone, inOrder, calls) = record.state.withLock {
+      ($0.overlapped, $0.afterDone, $0.bytes == sent, $0.calls)
+    }
+    #expect(!overlapped, "two handler calls of one read ran at once")
+    #expect(!afterDone, "a handler call ran after done")
+    #expect(inOrder, "the bytes arrived out of order")
+    #expect(calls > 100)
+  }
+
+  @Test(
+    "a stream read on a pipe's write end ends at once with EBADF, and a write on its read end too, as dispatch_io does",
+    .timeLimit(.minutes(1)))
+  func wrongDirectionEndsWithEBADF() async {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let readCleanup = Cleanup()
+    let writeCleanup = Cleanup()
+    let read = Operation()
+    let sent = Operation()
+    do {
+      let writing = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: queue, cleanup: writeCleanup.handler)
+      let reading = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: readCleanup.handler)
+      writing.read(length: 10, queue: queue, handler: read.handler)
+      reading.write(data: [1, 2, 3], queue: queue, handler: sent.handler)
+      #expect(await eventually { read.finished.isSignaled }, "the read on the write end never ended")
+      #expect(read.finalError == EBADF)
+      #expect(read.received.isEmpty)
+      #expect(await eventually { sent.finished.isSignaled }, "the write on the read end never ended")
+      #expect(sent.finalError == EBADF)
+      #expect(sent.deliveries.withLock { $0.last?.count } == 3, "the unwritten bytes are not handed back")
+    }
+    #expect(await eventually { readCleanup.ran.isSignaled && writeCleanup.ran.isSignaled })
+  }
+}

@@ -1,6 +1,7 @@
-import GCD
 import Synchronization
 import Testing
+
+@testable import GCD
 
 #if canImport(Glibc)
   import Glibc
@@ -232,5 +233,78 @@ struct ReadSourceTests {
     _ = write(writeEnd, "x", 1)
     #expect(cancelled.wait())
     #expect(onQueue.values == [true])
+  }
+
+  // Defect 1 of the oracle issue: the fence merges into the C source and disarms the watch; with no
+  // handler set, libdispatch drops the event and no block of the package's ran to re-arm it, so the
+  // source went silent for good. `import Dispatch`'s read source fires once the handler is set.
+
+  @Test(
+    "a read source resumed before its event handler is set fires once the handler is set (as libdispatch's)",
+    .timeLimit(.minutes(1)))
+  func handlerSetAfterResume() {
+    let (left, right) = makeSocketPair()
+    defer { close(right) }
+    let source = try! ReadSource(fileDescriptor: left, queue: Queue(label: "read.late-handler"))
+    let fired = firesOnceHandlerIsSet(source, watch: source.watch!, after: { _ = write(right, "x", 1) }) {
+      var byte: UInt8 = 0
+      return read(left, &byte, 1) == 1 && byte == UInt8(ascii: "x")
+    }
+    #expect(fired)
+  }
+
+  @Test(
+    "a read source on a regular file resumed before its handler is set fires once it is set", .timeLimit(.minutes(1)))
+  func fileHandlerSetAfterResume() {
+    let path = temporaryFile(containing: patternBytes(10))
+    defer { unlink(path) }
+    let fd = open(path, O_RDONLY | O_NONBLOCK)
+    #expect(fd >= 0)
+    let queue = Queue(label: "read.late-handler.file")
+    let source = try! ReadSource(fileDescriptor: fd, queue: queue)
+    let cancelled = Event()
+    source.setCancelHandler {
+      close(fd)
+      cancelled.signal()
+    }
+    source.resume()
+    // The start merged its event, and the queue ran the source without a handler.
+    queue.sync {}
+    queue.sync {}
+    let fired = Event()
+    source.setEventHandler { [unowned source] _ in
+      fired.signal()
+      source.cancel()
+    }
+    #expect(fired.wait())
+    #expect(cancelled.wait())
+  }
+
+  @Test(
+    "a handler set while the source's first event is delivered runs: 200 rounds of the race between the two",
+    .timeLimit(.minutes(2)))
+  func handlerSetRacesTheFirstEvent() {
+    for round in 0..<200 {
+      let (left, right) = makeSocketPair()
+      let source = try! ReadSource(fileDescriptor: left, queue: Queue(label: "read.race"))
+      let cancelled = Event()
+      source.setCancelHandler {
+        close(left)
+        cancelled.signal()
+      }
+      _ = write(right, "x", 1)
+      // The event (merged by the fence's reader as soon as the source starts) and the handler's
+      // setting race: whichever comes second runs the handler, or re-arms the watch for it.
+      source.resume()
+      let fired = Event()
+      source.setEventHandler { [unowned source] _ in
+        var byte: UInt8 = 0
+        if read(left, &byte, 1) == 1 { fired.signal() }
+        source.cancel()
+      }
+      #expect(fired.wait(), "round \(round)")
+      #expect(cancelled.wait())
+      close(right)
+    }
   }
 }

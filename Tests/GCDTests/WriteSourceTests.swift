@@ -1,6 +1,7 @@
-import GCD
 import Synchronization
 import Testing
+
+@testable import GCD
 
 #if canImport(Glibc)
   import Glibc
@@ -212,4 +213,14 @@ struct WriteSourceTests {
     #expect(writable.values == [0], "data: \(writable.values)")
   }
 
+  @Test(
+    "a write source resumed before its event handler is set fires once the handler is set (as libdispatch's)",
+    .timeLimit(.minutes(1)))
+  func handlerSetAfterResume() {
+    let (left, right) = makeSocketPair()
+    defer { close(right) }
+    let source = try! WriteSource(fileDescriptor: left, queue: Queue(label: "write.late-handler"))
+    // A socket has room at once.
+    #expect(firesOnceHandlerIsSet(source, watch: source.watch!, after: {}) { write(left, "x", 1) == 1 })
+  }
 }

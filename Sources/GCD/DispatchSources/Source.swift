@@ -201,14 +201,14 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// The corresponding C function is `dispatch_source_set_event_handler`.
   public final func setEventHandler(_ handler: @escaping @Sendable () -> Void) {
-    Libdispatch.source_set_event_handler(raw, state.block(handler))
+    state.setEventHandler(handler)
   }
 
   /// Sets `handler` as the event handler, called with the event's data as
   /// `data` reads it (`SourceState.eventData`), so the handler never holds the source.
   /// What each type's `setEventHandler { value in }` calls.
   final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    Libdispatch.source_set_event_handler(raw, state.valueBlock(handler))
+    state.setValueHandler(handler)
   }
 
   /// Sets a C function as the event handler; it is called with `context`,
@@ -232,7 +232,7 @@ public class Source: GCDObject, @unchecked Sendable {
     // every handler of the package runs), with the context read at each call
     // as `dispatch_source_set_event_handler_f` does.
     let state = state
-    Libdispatch.source_set_event_handler(raw, state.block { function(Libdispatch.get_context(state.raw)) })
+    state.setEventHandler { function(Libdispatch.get_context(state.raw)) }
   }
 
   /// Sets the closure run once after `cancel()` takes effect: the place to

@@ -202,10 +202,7 @@ extension SourceState {
       defer { locked.cancelInstalled = true }
       return !locked.cancelInstalled
     }
-    Libdispatch.source_set_event_handler(raw) { [self] in
-      inTargetFrame { sequenceEvent() }
-      eventDone()
-    }
+    setSequenceHandler()
     if install { installCancelBlock() }
   }
 

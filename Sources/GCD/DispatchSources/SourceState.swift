@@ -143,30 +143,36 @@ class SourceState: @unchecked Sendable {
       queue: OpaquePointer(bitPattern: word & ~frameExclusive).unsafelyUnwrapped, flags: word & frameExclusive, body)
   }
 
-  /// A closure as an event handler block that runs inside a frame of the target queue, then tells
-  /// the state the event is handled (`eventDone`).
+  /// A closure as an event handler block that runs inside a frame of the target queue.
   ///
   /// The blocks of this file capture the state and at most the user's closure: a block that
   /// captures one object alone costs no closure context (Swift passes the object as the context),
   /// only libdispatch's copy of the block.
   final func block(_ handler: @escaping @Sendable () -> Void) -> @convention(block) () -> Void {
-    return { [self] in
-      inTargetFrame(handler)
-      eventDone()
-    }
+    return { [self] in inTargetFrame(handler) }
   }
 
   /// A value handler as a handler block: `handler` gets the event's data (`eventData`).
   final func valueBlock(_ handler: @escaping @Sendable (UInt) -> Void) -> @convention(block) () -> Void {
-    return { [self] in
-      inTargetFrame { handler(eventData()) }
-      eventDone()
-    }
+    return { [self] in inTargetFrame { handler(eventData()) } }
   }
 
-  /// After each event handler: a read or write source re-arms its watch in the descriptor fence
-  /// (`DescriptorWatch`, its state); nothing for the others.
-  func eventDone() {}
+  /// Sets the user's event handler: the C source's event block. A read or write source in the
+  /// descriptor fence keeps its own block for its whole life instead and records the handler
+  /// (`DescriptorWatch`): its re-arm must not depend on a block the user may not have set yet.
+  func setEventHandler(_ handler: @escaping @Sendable () -> Void) {
+    Libdispatch.source_set_event_handler(raw, block(handler))
+  }
+
+  /// Sets the user's value handler (`setEventHandler`, with the event's data).
+  func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
+    Libdispatch.source_set_event_handler(raw, valueBlock(handler))
+  }
+
+  /// Sets the event sequence's handler (`sequenceEvent`), as `setEventHandler` sets the user's.
+  func setSequenceHandler() {
+    Libdispatch.source_set_event_handler(raw) { [self] in inTargetFrame { sequenceEvent() } }
+  }
 
   /// `data` in a handler: the C source's pending data (libdispatch holds the C source while its
   /// handler runs; the block holds this state, which holds the pointer). A read or write source in

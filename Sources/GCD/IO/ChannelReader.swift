@@ -13,9 +13,9 @@ final class ChannelReader: Sendable {
   /// The descriptor the channel was created over (for `IOChannel(channel:)`'s cleanup).
   let descriptor: Int32
   let state = Mutex(ReadStateMachine())
-  /// Where the C reads' handlers run: serial, because libdispatch submits
-  /// each delivery separately and a concurrent queue could run them out of
-  /// order (bytes swapped, or the final `done` before the last bytes).
+  /// Where the reads' handlers run: serial, so that the deliveries of one
+  /// read and the next read it starts (another operation, not ordered with
+  /// the first on a concurrent queue) reach the state machine in order.
   let queue = Queue(label: "GCD.IOChannel.read(upTo:)")
 
   init(descriptor: Int32) { self.descriptor = descriptor }

@@ -16,6 +16,9 @@ extension IOChannel {
   /// function therefore reads through a stream channel and calls `handler`
   /// once the read has ended and the channel's cleanup has run, after
   /// libdispatch has let go of the descriptor and restored its flags.)
+  /// While a stream channel of yours is open over a pipe, a socket or a
+  /// character device, that cleanup — and so `handler` — waits for it to
+  /// end too, as `dispatch_read`'s handler does.
   ///
   /// - Parameters:
   ///   - fileDescriptor: The descriptor to read.
@@ -29,8 +32,8 @@ extension IOChannel {
     handler: @escaping @Sendable (_ data: DispatchBuffer, _ error: Int32) -> Void
   ) {
     oneShot(fileDescriptor: fileDescriptor, queue: queue, handler: handler) { channel, finish in
-      // The deliveries are gathered on a serial queue (on a concurrent `queue`
-      // they could run out of order); `handler` runs on `queue`.
+      // The deliveries are gathered on a queue of the call's own, so that only `handler` runs on
+      // `queue`.
       let gathered = Mutex(DispatchBuffer())
       channel.read(length: length, queue: Queue(label: "GCD.IOChannel.read(fileDescriptor:)")) { done, data, error in
         if let data { gathered.withLock { $0.append(data) } }

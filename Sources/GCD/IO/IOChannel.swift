@@ -55,7 +55,10 @@ import Synchronization
 ///   both are done.
 ///
 /// A stream channel sets `O_NONBLOCK` on the descriptor and restores the
-/// original flags before the cleanup handler runs.
+/// original flags before the cleanup handler runs. Stream channels over one
+/// descriptor share its original flags, as libdispatch's channels share
+/// one record per descriptor: the flags are restored, and every one of
+/// those channels' cleanups runs, only when the last of them has ended.
 ///
 /// `Sendable`: libdispatch channels are thread-safe, and so is the stream
 /// engine (`StreamEngine`: its state is confined to a serial queue).
@@ -126,7 +129,8 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ///   - queue: Where `cleanup` runs.
   ///   - cleanup: Called once with the descriptor when the channel no
   ///     longer uses it (after ``close(stop:)``, or when the channel is
-  ///     dropped: its reads stopped, its writes ended).
+  ///     dropped: its reads stopped, its writes ended; for a stream channel,
+  ///     once every stream channel over the descriptor has ended).
   ///
   /// The corresponding C function is `dispatch_io_create`.
   public convenience init(
@@ -182,6 +186,15 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The descriptor is let go (and `channel`'s cleanup runs) only when
   /// every channel over it is done.
   ///
+  /// Made from a channel that is already closed (its descriptor may be
+  /// gone, and its number another file's), the new channel never touches
+  /// the number: every operation ends with `ECANCELED`, ``fileDescriptor``
+  /// is -1, and `cleanup` runs at once with -1. A channel that cannot use
+  /// the descriptor for another reason (random access over a pipe, a
+  /// socket or a terminal: `ESPIPE`; a `channel` over an unusable
+  /// descriptor: its errno) reports that errno to every operation, and its
+  /// cleanup also gets -1: the descriptor is not its to close.
+  ///
   /// - Parameters:
   ///   - channel: The channel whose descriptor to share.
   ///   - type: Stream or random access.
@@ -197,9 +210,6 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     self.type = type
     reader = ChannelReader(descriptor: descriptor)
     var failure = channel.failure
-    if failure == 0, let status = system_fstat(descriptor), status.isStream, type == .randomAccess {
-      failure = Errno.illegalSeek
-    }
     if failure == 0, type == .stream, let parent = channel.engine {
       raw = nil
       writer = nil
@@ -208,19 +218,28 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       engine = StreamEngine(parent: parent, cleanupQueue: queue, cleanup: cleanup)
       return
     }
+    if failure == 0, let parent = channel.engine {
+      // Random access over a pipe, a socket or a character device.
+      failure = parent.closedFlag.load(ordering: .acquiring) ? Errno.canceled : Errno.illegalSeek
+    } else if failure == 0, type == .randomAccess, channel.fileDescriptor >= 0,  // asked only while open
+      let status = system_fstat(descriptor), status.isStream
+    {
+      failure = Errno.illegalSeek
+    }
     engine = nil
     guard failure == 0, let source = channel.raw else {
       self.raw = nil
       self.writer = nil
       self.failure = failure
       dropStopsRaw = false
-      queue.async { cleanup(descriptor) }
+      // The descriptor is not this channel's to close.
+      queue.async { cleanup(-1) }
       return
     }
     // A channel made from one whose writes have a C channel of their own
     // writes through a channel made from that one.
     let box = CleanupBox(
-      descriptor: descriptor, closing: false, body: cleanup, channels: channel.writer == nil ? 1 : 2)
+      descriptor: descriptor, closing: false, body: cleanup, channels: channel.writer == nil ? 1 : 2, derived: true)
     let reads = Self.create(type: type, from: source, queue: queue, box: box)
     self.raw = reads
     self.writer = channel.writer.map { Self.create(type: type, from: $0, queue: queue, box: box) }
@@ -362,9 +381,11 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// empty or short, error 0), or on an error (errno; `ECANCELED` after
   /// ``close(stop:)``). A negative `length` ends at once with `EINVAL`.
   ///
-  /// libdispatch submits each handler call to `queue` separately: on a
-  /// concurrent queue the calls of one read can run at the same time and
-  /// out of order. Pass a serial queue when the order of the bytes matters.
+  /// The calls of one read run one at a time and in order, on any queue
+  /// (libdispatch gives each operation a serial queue targeting `queue`);
+  /// nothing is delivered after the call with `done` true. The calls of
+  /// different operations are not ordered with each other on a concurrent
+  /// queue.
   ///
   /// - Parameters:
   ///   - offset: For a random-access channel, where to start, relative to
@@ -546,9 +567,12 @@ private final class CleanupBox: Sendable {
   let duplicate: Int32
   /// The descriptor's status flags to restore at the end (-1: libdispatch restores them).
   let flags: Int32
+  /// Made from another channel: a C channel that reports an error to its cleanup never had the
+  /// descriptor (its source was closed, its number perhaps reused), so the cleanup gets -1.
+  let derived: Bool
   init(
     descriptor: Int32, closing: Bool, body: @escaping @Sendable (Int32) -> Void, channels: Int,
-    duplicate: Int32 = -1, flags: Int32 = -1
+    duplicate: Int32 = -1, flags: Int32 = -1, derived: Bool = false
   ) {
     self.descriptor = descriptor
     self.closing = closing
@@ -556,6 +580,7 @@ private final class CleanupBox: Sendable {
     self.remaining = Atomic(channels)
     self.duplicate = duplicate
     self.flags = flags
+    self.derived = derived
   }
 }
 
@@ -565,7 +590,7 @@ private func cleanupTrampoline(_ context: UnsafeMutableRawPointer?, _ error: Int
   if box.flags >= 0 { system_setStatusFlags(box.descriptor, box.flags) }
   if box.duplicate >= 0 { system_close(box.duplicate) }
   if box.closing { system_close(box.descriptor) }
-  box.body(box.descriptor)
+  box.body(box.derived && error != 0 ? -1 : box.descriptor)
 }
 
 /// The barrier of a channel with two C channels: the first C barrier to be

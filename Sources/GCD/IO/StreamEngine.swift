@@ -19,14 +19,18 @@ import Synchronization
 /// at once. A barrier waits until every operation submitted before it has ended; operations
 /// submitted after it wait in `later` until it has run (on `queue`, the descriptor usable).
 ///
+/// **Handlers.** Each operation's handler calls run one after another, in order, on the queue it
+/// named, whatever its kind (`HandlerCalls`), as libdispatch's serial queue per operation runs them.
+///
 /// **Lifetime.** The engine holds its sources, and their handlers hold the engine: the cycle keeps
 /// a channel with work alive after its wrapper is gone, and ends when the engine finishes (the
 /// channel closed and every operation ended): the sources are cancelled, and once their cancel
-/// handlers ran (the fence has let the descriptor go) the flags are restored, the descriptor is
-/// closed when the channel owns it, and the cleanup runs once, on its queue.
+/// handlers ran (the fence has let the descriptor go) the engine leaves its descriptor's record
+/// (`StreamDescriptor`). The last channel over the descriptor to leave restores the flags, closes
+/// the descriptor when a channel owns it, and runs every channel's cleanup once, on its queue.
 ///
 /// `@unchecked Sendable`: the immutable fields are set in `init`; the rest is confined to `queue`,
-/// or atomic (`closedFlag`, `leases`).
+/// or atomic (`closedFlag`).
 final class StreamEngine: @unchecked Sendable {
   let descriptor: Int32
   /// Serial; the confinement of every field marked "on `queue`".
@@ -35,33 +39,67 @@ final class StreamEngine: @unchecked Sendable {
   private let cleanup: @Sendable (Int32) -> Void
   /// Close the descriptor at the end (a channel that opened it itself).
   private let closing: Bool
-  /// The descriptor's status flags before the engine set `O_NONBLOCK`, restored at the end; -1 for
-  /// a channel made from another (whose engine restores them).
-  private let flags: Int32
-  /// The engine of the channel this one was made from: it holds the descriptor until this one
-  /// ends.
-  private let parent: StreamEngine?
+  /// The record this engine uses the descriptor through (its saved flags, its users), on `queue`;
+  /// nil for a channel made from one already closed, which never had the descriptor.
+  private var record: StreamDescriptor?
   /// The descriptor is open for reading only (`O_RDONLY`) or writing only (`O_WRONLY`): stopping
   /// that one direction ends the channel, as closing a C channel with `DISPATCH_IO_STOP` does.
   private let readOnly: Bool
   private let writeOnly: Bool
-  /// The channels made from this one that have not ended: this one does not end before them.
-  let leases = Atomic<Int>(0)
   /// Closed: `IOChannel.fileDescriptor` is -1.
   let closedFlag = Atomic<Bool>(false)
+
+  /// The handler calls of one operation: each call is made once the one before it has returned,
+  /// on the operation's queue, in the order they were sent — on a concurrent queue too, as
+  /// libdispatch's serial queue per operation (targeting the caller's) runs them.
+  final class HandlerCalls: Sendable {
+    typealias Call = (done: Bool, data: DispatchBuffer?, error: Int32)
+    let queue: Queue
+    let handler: IOChannel.Handler
+    /// The calls sent and not yet made, and whether a block on `queue` is making them.
+    private let outbox = Mutex<(calls: [Call], draining: Bool)>(([], false))
+
+    init(queue: Queue, handler: @escaping IOChannel.Handler) {
+      self.queue = queue
+      self.handler = handler
+    }
+
+    func send(done: Bool, data: DispatchBuffer?, error: Int32) {
+      let start = outbox.withLock { outbox in
+        outbox.calls.append((done, data, error))
+        defer { outbox.draining = true }
+        return !outbox.draining
+      }
+      if start { queue.async { self.drain() } }
+    }
+
+    /// Makes the calls in order until none is left (one block: the next call cannot start beside
+    /// the one before it).
+    private func drain() {
+      while let call = next() { handler(call.done, call.data, call.error) }
+    }
+
+    private func next() -> Call? {
+      outbox.withLock { outbox in
+        if outbox.calls.isEmpty {
+          outbox.draining = false
+          return nil
+        }
+        return outbox.calls.removeFirst()
+      }
+    }
+  }
 
   /// A read: how many bytes it still wants, and those read but not yet delivered.
   /// `@unchecked Sendable`: made by the submitting thread and handed to `queue` by `async` (the
   /// hand-off orders the two), then used only on `queue`.
   final class ReadOperation: @unchecked Sendable {
     var remaining: Int
-    let queue: Queue
-    let handler: IOChannel.Handler
+    let calls: HandlerCalls
     var pending = DispatchBuffer()
     init(length: Int, queue: Queue, handler: @escaping IOChannel.Handler) {
       remaining = length
-      self.queue = queue
-      self.handler = handler
+      calls = HandlerCalls(queue: queue, handler: handler)
     }
   }
 
@@ -69,13 +107,11 @@ final class StreamEngine: @unchecked Sendable {
   /// `@unchecked Sendable` as `ReadOperation`.
   final class WriteOperation: @unchecked Sendable {
     var rest: DispatchBuffer
-    let queue: Queue
-    let handler: IOChannel.Handler
+    let calls: HandlerCalls
     var unreported = 0
     init(data: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
       rest = data
-      self.queue = queue
-      self.handler = handler
+      calls = HandlerCalls(queue: queue, handler: handler)
     }
   }
 
@@ -110,31 +146,51 @@ final class StreamEngine: @unchecked Sendable {
   private var finishing = false
   private var sourcesLeft = 0
 
-  /// A stream engine over `descriptor` (a pipe, a socket, a character device), which it makes
-  /// non-blocking until
-  /// the end.
+  /// A stream engine over `descriptor` (a pipe, a socket, a character device), which stays
+  /// non-blocking until the last channel over it has ended (`StreamDescriptor`).
   init(descriptor: Int32, closing: Bool, cleanupQueue: Queue, cleanup: @escaping @Sendable (Int32) -> Void) {
     self.descriptor = descriptor
     self.closing = closing
     self.cleanupQueue = cleanupQueue
     self.cleanup = cleanup
-    parent = nil
-    let flags = system_statusFlags(descriptor)
-    self.flags = flags
-    (readOnly, writeOnly) = (system_isReadOnly(descriptor), system_isWriteOnly(descriptor))
-    if flags >= 0 && flags & system_nonBlocking == 0 { system_setStatusFlags(descriptor, flags | system_nonBlocking) }
+    let record = StreamDescriptor.join(descriptor)
+    self.record = record
+    (readOnly, writeOnly) = (record.isReadOnly, record.isWriteOnly)
+    wrongDirection()
   }
 
-  /// A stream engine over `parent`'s descriptor, which `parent` keeps until this one has ended.
+  /// A stream engine over `parent`'s descriptor, if `parent` is not closed: `parent`'s queue says,
+  /// after every call made on `parent` before this one, and this engine's queue waits for the
+  /// answer. Made from a closed channel (whose descriptor may be gone, its number another file's),
+  /// the engine never uses the number: it is closed from the start, every operation ends with
+  /// `ECANCELED`, and its cleanup runs at once with -1.
   init(parent: StreamEngine, cleanupQueue: Queue, cleanup: @escaping @Sendable (Int32) -> Void) {
     descriptor = parent.descriptor
     closing = false
-    flags = -1
     self.cleanupQueue = cleanupQueue
     self.cleanup = cleanup
-    self.parent = parent
     (readOnly, writeOnly) = (parent.readOnly, parent.writeOnly)
-    parent.leases.add(1, ordering: .acquiringAndReleasing)
+    queue.suspend()
+    parent.queue.async {
+      if parent.closed {
+        self.markClosed()
+      } else {
+        // Not closed, so not ended: the record still counts `parent`.
+        parent.record!.join()
+        self.record = parent.record
+        self.wrongDirection()
+      }
+      self.queue.resume()
+      self.queue.async { self.run() }
+    }
+  }
+
+  /// A descriptor open for writing only reads nothing, and one open for reading only writes
+  /// nothing: those operations end at once with `EBADF`, as `read(2)` and `write(2)` say (no
+  /// readiness event would ever come for them).
+  private func wrongDirection() {
+    if writeOnly { readEnded = Errno.badFileDescriptor }
+    if readOnly { writeFailure = Errno.badFileDescriptor }
   }
 
   // MARK: Submissions (any thread)
@@ -404,13 +460,11 @@ final class StreamEngine: @unchecked Sendable {
   }
 
   private func send(_ operation: ReadOperation, done: Bool, data: DispatchBuffer?, error: Int32) {
-    let handler = operation.handler
-    operation.queue.async { handler(done, data, error) }
+    operation.calls.send(done: done, data: data, error: error)
   }
 
   private func send(_ operation: WriteOperation, done: Bool, data: DispatchBuffer?, error: Int32) {
-    let handler = operation.handler
-    operation.queue.async { handler(done, data, error) }
+    operation.calls.send(done: done, data: data, error: error)
   }
 
   /// The read source, made on first need and resumed: its handler reads on.
@@ -479,9 +533,7 @@ final class StreamEngine: @unchecked Sendable {
   /// The end, once the channel is closed and nothing is left to do: the sources are cancelled
   /// (their cancel handlers run once the fence has let the descriptor go), then `end`.
   private func finishIfDone() {
-    guard closed, !finishing, reads.isEmpty, writes.isEmpty, later.isEmpty,
-      leases.load(ordering: .acquiring) == 0
-    else { return }
+    guard closed, !finishing, reads.isEmpty, writes.isEmpty, later.isEmpty else { return }
     finishing = true
     interval?.timer.cancel()
     interval = nil
@@ -498,17 +550,18 @@ final class StreamEngine: @unchecked Sendable {
     if sourcesLeft == 0 { end() }
   }
 
+  /// The engine is done with the descriptor: its record runs the cleanup once every channel over
+  /// the descriptor is (a channel that never had it runs its cleanup now, with -1).
   private func end() {
     readSource = nil
     writeSource = nil
-    if flags >= 0 { system_setStatusFlags(descriptor, flags) }
-    if closing { system_close(descriptor) }
-    let (cleanup, descriptor) = (self.cleanup, self.descriptor)
-    cleanupQueue.async { cleanup(descriptor) }
-    if let parent {
-      parent.leases.subtract(1, ordering: .acquiringAndReleasing)
-      parent.queue.async { parent.finishIfDone() }
+    guard let record else {
+      let cleanup = self.cleanup
+      cleanupQueue.async { cleanup(-1) }
+      return
     }
+    self.record = nil
+    record.leave(closing: closing, cleanupQueue: cleanupQueue, cleanup: cleanup)
   }
 }
 

@@ -119,6 +119,49 @@ final class DescriptorFence: Sendable {
       watch.armed = false
       if watch.writable { armedWriters -= 1 } else { armedReaders -= 1 }
     }
+
+    // The transitions: each runs under the stripe's lock and returns the mask to give the kernel
+    // (`EPOLL_CTL_MOD`, one-shot), or nil for no call; the caller records a modification that
+    // succeeded as `kernelMask`. Pure but for the watches' own flags, so the model test
+    // (`DescriptorFenceModelTests`) runs these very functions over every interleaving.
+
+    /// A record of the kernel's: `merge` each armed watch the events concern, which is disarmed;
+    /// the registration is off (one-shot), on again for the watches still armed.
+    mutating func record(readable: Bool, writable: Bool, merge: (DescriptorWatch) -> Void) -> UInt32? {
+      var next = first
+      while let watch = next {
+        next = watch.next
+        if watch.armed && (watch.writable ? writable : readable) {
+          merge(watch)
+          disarm(watch)
+        }
+      }
+      kernelMask = 0
+      return mask != 0 ? mask : nil
+    }
+
+    /// `watch` (in the entry, disarmed) waits again after its handler: no call when the kernel
+    /// reports its direction already (another armed watch asked for it, and nothing fired since).
+    mutating func rearm(_ watch: DescriptorWatch) -> UInt32? {
+      arm(watch)
+      return mask == kernelMask ? nil : mask
+    }
+
+    /// `watch` (in the entry, disarmed) arms at its first start: always a call, the watch's first,
+    /// which answers for a stale entry (`ENOENT`: the number was closed and reused).
+    mutating func start(_ watch: DescriptorWatch) -> UInt32 {
+      arm(watch)
+      return mask
+    }
+
+    /// `watch` leaves: true when it was the last, and the registration goes too (`EPOLL_CTL_DEL`);
+    /// otherwise no call — the remaining watches want what the kernel reports, or less, and a
+    /// record for the direction that left (one at most: one-shot) finds no armed watch to merge
+    /// into and re-arms for those that are (`record`).
+    mutating func unregister(_ watch: DescriptorWatch) -> Bool {
+      remove(watch)
+      return first == nil
+    }
   }
 
   /// One stripe's entries by descriptor number: an array the numbers index (they are small and
@@ -299,18 +342,9 @@ final class DescriptorFence: Sendable {
           let failed = events & system_epollError != 0
           let readable = failed || events & (system_epollIn | system_epollReadHangUp) != 0
           let writable = failed || events & system_epollOut != 0
-          var next = table.entries[descriptor]!.first
-          while let watch = next {
-            next = watch.next
-            if watch.armed && (watch.writable ? writable : readable) {
-              Libdispatch.source_merge_data(watch.raw, 1)
-              table.entries[descriptor]!.disarm(watch)
-            }
-          }
           // The record disabled the registration (one-shot): on again for the watches still armed.
-          table.entries[descriptor]!.kernelMask = 0
-          let mask = table.entries[descriptor]!.mask
-          if mask != 0,
+          if let mask = table.entries[descriptor]!.record(
+            readable: readable, writable: writable, merge: { Libdispatch.source_merge_data($0.raw, 1) }),
             system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key) == 0
           {
             table.entries[descriptor]!.kernelMask = mask
@@ -332,15 +366,13 @@ final class DescriptorFence: Sendable {
     let descriptor = watch.descriptor
     let stale: [DescriptorWatch] = stripe(descriptor).table.withLock { table in
       guard watch.inTable, !watch.armed else { return [] }
-      table.entries[descriptor]!.arm(watch)
-      let entry = table.entries[descriptor]!
-      // A call even when the kernel reports the direction already (another watch of it is armed):
-      // it is this watch's first, and the entry may be stale.
+      let mask = table.entries[descriptor]!.start(watch)
+      let generation = table.entries[descriptor]!.generation
       if system_epoll_control(
-        instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, entry.generation)) == 0
+        instance, modify: true, descriptor, events: mask | system_epollOneShot,
+        key: DescriptorFence.key(descriptor, generation)) == 0
       {
-        table.entries[descriptor]!.kernelMask = entry.mask
+        table.entries[descriptor]!.kernelMask = mask
         return []
       }
       guard system_errno == Errno.noSuchFileOrDirectory else { return [] }
@@ -364,18 +396,14 @@ final class DescriptorFence: Sendable {
     stripe(watch.descriptor).table.withLock { table in
       guard watch.inTable, !watch.armed else { return }
       let descriptor = watch.descriptor
-      table.entries[descriptor]!.arm(watch)
-      let entry = table.entries[descriptor]!
-      // The kernel reports this direction already (another armed watch asked for it, and nothing
-      // fired since): no call.
-      if entry.mask == entry.kernelMask { return }
+      guard let mask = table.entries[descriptor]!.rearm(watch) else { return }
       // A failure (the descriptor was closed under its source) leaves the watch silent, as the
       // kernel does.
       if system_epoll_control(
-        instance, modify: true, descriptor, events: entry.mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, entry.generation)) == 0
+        instance, modify: true, descriptor, events: mask | system_epollOneShot,
+        key: DescriptorFence.key(descriptor, table.entries[descriptor]!.generation)) == 0
       {
-        table.entries[descriptor]!.kernelMask = entry.mask
+        table.entries[descriptor]!.kernelMask = mask
       }
     }
   }
@@ -387,20 +415,20 @@ final class DescriptorFence: Sendable {
     let removed = stripe(watch.descriptor).table.withLock { table -> Bool in
       guard watch.inTable else { return false }
       let descriptor = watch.descriptor
-      table.entries[descriptor]!.remove(watch)
-      let entry = table.entries[descriptor]!
-      if entry.first == nil {
+      // A connection's two sources, cancelled together, cost one `EPOLL_CTL_DEL` and nothing for
+      // the first.
+      if table.entries[descriptor]!.unregister(watch) {
         table.entries[descriptor] = nil
         system_epoll_remove(instance, descriptor)
       }
-      // Otherwise the remaining watches want what the kernel reports, or less: no call. A record
-      // for the direction that left (one at most: one-shot) finds no armed watch to merge into
-      // and re-arms for those that are (`read`); a connection's two sources, cancelled together,
-      // cost one `EPOLL_CTL_DEL` and nothing for the first.
-
       return true
     }
     if removed { Libdispatch.release(watch.raw) }
+  }
+
+  /// Whether `watch` waits for the kernel now (tests: a merge disarms it until its handler ran).
+  func isArmed(_ watch: DescriptorWatch) -> Bool {
+    stripe(watch.descriptor).table.withLock { _ in watch.armed }
   }
 
   private func registrationError(_ operation: String, _ error: Int32) -> GCDError {
@@ -426,12 +454,19 @@ final class DescriptorFence: Sendable {
 /// A read or write source's state, and its watch of its descriptor in the fence: one object, so a
 /// fenced source costs no more objects than a plain one. The fence merges into its C source (`raw`,
 /// a DATA_OR source, retained while the watch is in the fence's table); its handlers see the
-/// estimate as `data`; each event handler re-arms it; its cancel path takes it out of the fence
-/// before the user's cancel handler, while the user's descriptor is still open.
+/// estimate as `data`; its cancel path takes it out of the fence before the user's cancel handler,
+/// while the user's descriptor is still open.
 ///
-/// `@unchecked Sendable`, as its superclass: the immutable fields are set in `init`; `armed`,
-/// `inTable` and the list links are read and written only under the fence's table lock
-/// (`DescriptorFence.Entry`).
+/// The re-arm never depends on a block the user controls: the C source's event block is the
+/// watch's own (`fire`), set when the watch is made and kept for the source's life; the user's
+/// handler (or the event sequence) is a field it calls. An event that finds no handler (the source
+/// was started before its handler was set) leaves the watch disarmed and marked `starved`, and
+/// setting a handler re-arms it, so the handler then sees what is ready, as a libdispatch read or
+/// write source does. Without that, libdispatch drops a merge that finds no block, the one-shot
+/// registration stays off, and no later data wakes the source (`ReadSourceTests`,
+/// `WriteSourceTests`: `handlerSetAfterResume`). The two sides meet under `handling`'s lock:
+/// whichever of `fire` (no handler) and `setHandler` comes second re-arms.
+///
 final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// Waiting for the kernel (counted in its entry's mask). Under the fence's table lock.
   var armed = false
@@ -465,6 +500,45 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// Set by `register` or `Source.create(descriptor:)` before the source exists; read-only after.
   var arming = Arming.byRegistration
 
+  /// What an event runs: the user's handler, or the event sequence's delivery.
+  enum Handler {
+    case plain(@Sendable () -> Void)
+    case value(@Sendable (UInt) -> Void)
+    case sequence
+  }
+
+  /// The handler (nil until one is set), whether an event found none (the watch is then disarmed
+  /// until one is set), and whether the cancel path let the handler go (a handler set later is
+  /// dropped at once: no event runs any more, and it must not keep the source). Its transitions
+  /// are pure, so the model test (`DescriptorFenceModelTests`) runs them with the fence's.
+  struct Handling {
+    var handler: Handler?
+    var starved = false
+    var ended = false
+
+    /// An event: the handler to run, or nil, and the watch stays disarmed (`starved`).
+    mutating func event() -> Handler? {
+      if handler == nil { starved = true }
+      return handler
+    }
+
+    /// A handler is set: true when the watch is to re-arm (an event found none).
+    mutating func set(_ new: Handler) -> Bool {
+      guard !ended else { return false }
+      handler = new
+      defer { starved = false }
+      return starved
+    }
+
+    /// The cancel path: the handler, taken out to be released outside the lock.
+    mutating func end() -> Handler? {
+      defer { (handler, ended) = (nil, true) }
+      return handler
+    }
+  }
+
+  private let handling = Mutex(Handling())
+
   /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
   /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
   /// read the estimate at once may both make the failing call once; each returns 1.
@@ -477,7 +551,29 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     self.descriptor = descriptor
     self.writable = writable
     super.init(raw: raw, queue: queue, cancelInstalled: true)
+    // The C source is inactive: set at once. The block captures this state alone.
+    Libdispatch.source_set_event_handler(raw) { [self] in fire() }
   }
+
+  /// The C source's event block: the handler, then the re-arm; no handler: no re-arm, `starved`.
+  private func fire() {
+    guard let handler = handling.withLock({ $0.event() }) else { return }
+    switch handler {
+    case .plain(let body): inTargetFrame(body)
+    case .value(let body): inTargetFrame { body(estimate) }
+    case .sequence: inTargetFrame { sequenceEvent() }
+    }
+    eventDone()
+  }
+
+  /// Records `handler`; re-arms a watch whose event found none.
+  private func setHandler(_ handler: Handler) {
+    if handling.withLock({ $0.set(handler) }) { eventDone() }
+  }
+
+  override func setEventHandler(_ handler: @escaping @Sendable () -> Void) { setHandler(.plain(handler)) }
+  override func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) { setHandler(.value(handler)) }
+  override func setSequenceHandler() { setHandler(.sequence) }
 
   /// What libdispatch reports as a read or write source's data when it watches the descriptor: the
   /// bytes queued to read (`SIOCINQ`, as `FIONREAD`; 0 at end of file), or for a write source the
@@ -492,15 +588,22 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     return UInt(clamping: bytes)
   }
 
-  /// Out of the fence before the user's cancel handler (which may close the descriptor).
+  /// Out of the fence before the user's cancel handler (which may close the descriptor), and the
+  /// event handler let go, as libdispatch frees a cancelled source's event block before it calls
+  /// the cancel handler: a handler that captures its source no longer keeps it (released outside
+  /// the lock: its captures' deinit may run any code).
   override func cleanup(first: Bool) {
-    if first { fence.unregister(self) }
+    guard first else { return }
+    fence.unregister(self)
+    let handler = handling.withLock { $0.end() }
+    _ = handler
   }
 
   override func eventData() -> UInt { estimate }
 
-  /// Not once the source is cancelled: its removal follows, with no re-arm before it.
-  override func eventDone() {
+  /// After a handler: the watch waits for the kernel again (an always-ready one fires again). Not
+  /// once the source is cancelled: its removal follows, with no re-arm before it.
+  private func eventDone() {
     if Libdispatch.source_testcancel(raw) { return }
     if arming == .alwaysReady {
       Libdispatch.source_merge_data(raw, 1)

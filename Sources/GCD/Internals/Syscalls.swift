@@ -124,6 +124,11 @@ func system_setStatusFlags(_ descriptor: Int32, _ flags: Int32) { _ = fcntl(desc
 /// `O_NONBLOCK`.
 let system_nonBlocking = O_NONBLOCK
 
+/// `O_ACCMODE`, `O_RDONLY` and `O_WRONLY`: the access mode within the status flags.
+let system_accessMode = O_ACCMODE
+let system_readOnly = O_RDONLY
+let system_writeOnly = O_WRONLY
+
 /// Whether `descriptor` was opened for reading only (`O_RDONLY`): nothing will be written to it.
 func system_isReadOnly(_ descriptor: Int32) -> Bool { system_statusFlags(descriptor) & O_ACCMODE == O_RDONLY }
 

@@ -1,5 +1,7 @@
-import GCD
 import Synchronization
+import Testing
+
+@testable import GCD
 
 #if canImport(Glibc)
   import Glibc
@@ -162,4 +164,37 @@ func makePseudoTerminal() -> (master: Int32, slave: Int32, name: String) {
   cfmakeraw(&settings)
   precondition(tcsetattr(slave, TCSANOW, &settings) == 0, "tcsetattr: errno \(errno)")
   return (master, slave, path)
+}
+
+/// Resumes `source` (a read or write source in the descriptor fence) with no event handler, makes
+/// its descriptor ready (`after`), waits until the fence merged the event into it (its watch
+/// disarmed) and its queue ran it without a handler, then sets a handler that runs `handled` and
+/// cancels the source, whose cancel handler closes the descriptor. True when the handler ran, saw
+/// `handled` succeed, and the cancel handler ran.
+@available(*, noasync, message: "blocks the thread")
+func firesOnceHandlerIsSet(
+  _ source: Source, watch: DescriptorWatch, after makeReady: () -> Void, _ handled: @escaping @Sendable () -> Bool
+) -> Bool {
+  let cancelled = Event()
+  source.setCancelHandler {
+    close(watch.descriptor)
+    cancelled.signal()
+  }
+  source.resume()
+  makeReady()
+  guard waitUntil({ !watch.fence.isArmed(watch) }) else {
+    Issue.record("the fence never merged an event into the source")
+    return false
+  }
+  source.queue.sync {}
+  let fired = Event()
+  source.setEventHandler { [unowned source] in
+    if handled() { fired.signal() }
+    source.cancel()
+  }
+  guard fired.wait() else {
+    Issue.record("the handler set after the source's first event never ran")
+    return false
+  }
+  return cancelled.wait()
 }
