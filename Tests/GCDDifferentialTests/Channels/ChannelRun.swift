@@ -500,6 +500,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     // The peer first: a write blocked on a full socket then ends with EPIPE on both sides rather
     // than waiting on the stop (libdispatch's stop of such a write can take its time, and a record
     // of the number left behind would stall the next sequence that gets the same number).
+    // The peer reads what was written first: a peer that closes with unread bytes makes the
+    // reader's next read fail with ECONNRESET or end, by timing.
+    peerDrain()
     closePeer()
     settle()
     let live = state.withLock { state in

@@ -72,6 +72,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     var peerClosed = false
     var eofPending = false
     var eofSeen = false
+    /// `IntendedDifference.endWithoutHandler`: the end of the stream reached a started read
+    /// source with no handler; whether a handler set later sees it is not compared.
+    var eofUncertain = false
     var readTotal = 0
     var readErrors: Set<Int32> = []
     var readOutOfOrder = false
@@ -500,7 +503,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
         guard live else { continue }
         if entry.deliverable {
           switch entry.kind {
-          case .read where socketQueued > 0 || state.eofPending:
+          case .read where socketQueued > 0 || (state.eofPending && !state.eofUncertain):
             owed.append("s\(key) read event (\(socketQueued) bytes queued\(state.eofPending ? ", end of file" : ""))")
           case .write where writable && !state.peerClosed:
             owed.append("s\(key) write event (socket writable)")
@@ -551,6 +554,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       where entry.source != nil && entry.activated && entry.suspensions == 0
         && !entry.cancelled && entry.handler == nil
       {
+        if entry.kind == .read && state.eofPending { state.eofUncertain = true }
         state.slots[key]!.pendingData = 0
         state.slots[key]!.pendingSignals = 0
         if entry.timerPending {
@@ -567,7 +571,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     timeouts = []
     state.withLock { state in
       out.append(
-        "   socket: read \(state.readTotal)\(state.eofSeen ? " +eof" : "")\(state.readErrors.isEmpty ? "" : " errors \(state.readErrors.sorted())")"
+        "   socket: read \(state.readTotal)\(state.eofUncertain ? "" : state.eofSeen ? " +eof" : "")\(state.readErrors.isEmpty ? "" : " errors \(state.readErrors.sorted())")"
           + "\(state.readOutOfOrder ? " OUT OF ORDER" : ""); written \(state.writtenSinceStep > 0 ? "some" : "none")"
           + "\(state.writeErrors.isEmpty ? "" : " errors \(state.writeErrors.sorted())")"
           + "\(state.peerOutOfOrder ? " PEER SAW OUT OF ORDER" : "")")

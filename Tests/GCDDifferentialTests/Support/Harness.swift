@@ -156,7 +156,8 @@ enum Differential {
   static func compare<F: SequenceFamily>(_ family: F.Type, _ steps: [F.Step], deadline: Duration) -> (
     dispatch: [String], gcd: [String]
   )? {
-    let oracle = F.observe(steps, side: .dispatch, deadline: deadline)
+    // The oracle always gets the full deadline: only the package's hangs are expected while shrinking.
+    let oracle = F.observe(steps, side: .dispatch, deadline: DifferentialConfig.stepDeadline)
     let package = F.observe(steps, side: .gcd, deadline: deadline)
     return oracle == package ? nil : (oracle, package)
   }
