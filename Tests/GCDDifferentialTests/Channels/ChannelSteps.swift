@@ -115,7 +115,7 @@ enum ChannelStep: CustomStringConvertible, Sendable, Hashable {
           exists ? (profile == "concurrent" ? 8 : 4) : 0,
           .setLimit(
             slot: slot, lowWater: rng.chance(50) ? nil : [1, 16, 1024][rng.below(3)],
-            highWater: rng.chance(30) ? nil : [1, 512, 4096][rng.below(3)])
+            highWater: rng.chance(30) ? nil : [512, 4096][rng.below(2)])
         ),
         (exists ? 4 : 0, .barrier(slot: slot)),
         (exists ? 5 : 0, .close(slot: slot, stop: rng.chance(50))),
