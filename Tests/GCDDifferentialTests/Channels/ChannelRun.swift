@@ -79,6 +79,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     var peerClosed = false
     var peerReceived = 0
     var streamOffset = 0
+    var closedPeers: [Int32] = []
   }
 
   let driver: any ChannelDriver
@@ -309,10 +310,17 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     if driver.side == .dispatch { driver.close(handle, stop: stop) }
   }
 
+  /// The peer goes away. A socket's peer is shut down both ways and closed only at the end: a
+  /// close with bytes unread would make our next read fail with ECONNRESET or end, by timing.
   private func closePeer() {
     state.withLock { state in
       guard state.peer >= 0 else { return }
-      close(state.peer)
+      if fixture == .socket {
+        shutdown(state.peer, Int32(SHUT_RDWR))
+        state.closedPeers.append(state.peer)
+      } else {
+        close(state.peer)
+      }
       state.peer = -1
       state.peerClosed = true
       state.peerShut = true
@@ -548,6 +556,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       let restored = Posix.statusFlags(state.descriptor) == state.originalFlags
       lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")
       close(state.descriptor)
+      for peer in state.closedPeers { close(peer) }
     }
     return lines
   }

@@ -75,6 +75,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     /// `IntendedDifference.endWithoutHandler`: the end of the stream reached a started read
     /// source with no handler; whether a handler set later sees it is not compared.
     var eofUncertain = false
+    var closedPeers: [Int32] = []
     var readTotal = 0
     var readErrors: Set<Int32> = []
     var readOutOfOrder = false
@@ -255,7 +256,10 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     case .peerClose:
       state.withLock { state in
         guard state.peer >= 0 else { return }
-        close(state.peer)
+        // Shut down both ways, closed at the end: a close with bytes unread would make the read
+        // handler's next read fail with ECONNRESET or end, by timing.
+        shutdown(state.peer, Int32(SHUT_RDWR))
+        state.closedPeers.append(state.peer)
         state.peer = -1
         state.peerClosed = true
         if !state.peerWriteShut { state.eofPending = true }
@@ -613,7 +617,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       }
       if state.duplicate >= 0 { facts.append("dup \(fcntl(state.duplicate, F_GETFD) >= 0 ? "open" : "CLOSED")") }
       lines.append("end: descriptors " + facts.joined(separator: ", "))
-      for descriptor in [state.socket, state.duplicate, state.peer] where descriptor >= 0 { close(descriptor) }
+      for descriptor in [state.socket, state.duplicate, state.peer] + state.closedPeers where descriptor >= 0 {
+        close(descriptor)
+      }
     }
     return lines
   }
