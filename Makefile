@@ -5,7 +5,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
-.PHONY: all build test examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench io-stall-probe sanitize sanitize-thread sanitize-address clean
+.PHONY: all build test differential examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench io-stall-probe sanitize sanitize-thread sanitize-address clean
 
 SYMBOL_GRAPHS := .build/docs/symbol-graphs
 DOCS_OUT := .build/documentation
@@ -46,6 +46,17 @@ test: build $(BENCH_C_LIB)
 	$(SWIFT) test --skip-build
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
 	@echo "GCDBenchmarks --quick: ok"
+
+## differential: the differential suites alone (Tests/GCDDifferentialTests: seeded sequences of
+## source and stream-channel operations run through `import Dispatch` and through GCD, what a user
+## observes compared; docs/reliability.md, "Differential tests"): COUNT sequences of each profile
+## from SEED (default: each test's make-test budget from seed 38). A failure prints its sequence's
+## seed and a shrunk reproduction; `make differential SEED=<that seed> COUNT=1` replays it. ALL=1
+## goes on after a difference and reports each kind once.
+differential:
+	@$(SWIFT) build --build-tests
+	GCD_DIFF_SEED="$(SEED)" GCD_DIFF_COUNT="$(COUNT)" GCD_DIFF_ALL="$(ALL)" \
+	  $(SWIFT) test --skip-build --filter GCDDifferentialTests
 
 ## bench: GCD vs C vs `import Dispatch` in release mode (docs/performance.md);
 ## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--filter sync --svg docs/performance.svg"

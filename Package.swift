@@ -52,6 +52,9 @@ let package = Package(
     // Imports Foundation (which re-exports Dispatch) beside GCD and uses every contract name
     // unqualified: a name that clashes with Dispatch's stops it from compiling.
     .testTarget(name: "GCDFoundationTests", dependencies: ["GCD"]),
+    // Differential tests: seeded operation sequences run through `import Dispatch` (the oracle)
+    // and through GCD, the observations compared (docs/reliability.md, "Differential tests").
+    .testTarget(name: "GCDDifferentialTests", dependencies: ["GCD"]),
     // `make bench`: GCD against libdispatch from C (Benchmarks/c, built by the
     // Makefile) and against the toolchain's `Dispatch`. See docs/performance.md.
     .executableTarget(name: "GCDBenchmarks", dependencies: ["GCD"], path: "Benchmarks/GCDBenchmarks"),

@@ -1,0 +1,563 @@
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// The channel sequences as a family the harness runs.
+enum ChannelSequences: SequenceFamily {
+  static func generate(_ rng: inout SplitMix64, profile: String) -> [ChannelStep] {
+    ChannelStep.generate(&rng, profile: profile)
+  }
+
+  static func observe(_ steps: [ChannelStep], side: Side, deadline: Duration) -> [String] {
+    let driver: any ChannelDriver = side == .dispatch ? DispatchChannelDriver() : GCDChannelDriver()
+    var fixture = ChannelFixture.socket
+    if case .fixture(let chosen) = steps.first { fixture = chosen }
+    let run = ChannelRun(driver: driver, fixture: fixture, deadline: deadline)
+    for (index, step) in steps.enumerated() { run.perform(step, index: index + 1) }
+    return run.finish()
+  }
+}
+
+/// One run of a channel sequence on one side. As `SourceRun`, it models what libdispatch must
+/// deliver after each step (which operations must end, which reads must have delivered what the
+/// peer wrote), waits for that, and observes.
+final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state`, under its Mutex
+  struct Channel {
+    var handle: ChannelHandle?
+    var slot: Int
+    var closed = false
+    var stopped = false
+    var dropped = false
+    var stoppedByDrop = false
+    var fromEnded = false
+    var lowWater: Int? = nil
+    var cleanups: [Int32] = []
+    var completedOps = 0
+  }
+
+  struct Operation {
+    var isRead: Bool
+    var channel: Int
+    var length: Int
+    var queue: Int
+    var issuedClosed: Bool
+    var delivered = 0
+    var done = false
+    var error: Int32 = 0
+    var afterDone = false
+    var outOfOrder = false
+    var wrongQueue = false
+    var endedByDrop = false
+    var owed = false
+    var reported = false
+  }
+
+  struct Barrier {
+    var channel: Int
+    var before: [Int]
+    var ran = false
+    var owed = false
+    var reported = false
+  }
+
+  struct State {
+    var channels: [Channel] = []
+    var slots: [Int: Int] = [:]
+    var operations: [Int] = []
+    var ops: [Operation] = []
+    var barriers: [Barrier] = []
+    var descriptor: Int32 = -1
+    var peer: Int32 = -1
+    var originalFlags: Int32 = 0
+    var identity: [UInt64] = []
+    var peerWritten = 0
+    var peerShut = false
+    var peerClosed = false
+    var peerReceived = 0
+    var streamOffset = 0
+    var closedPeers: [Int32] = []
+  }
+
+  let driver: any ChannelDriver
+  let fixture: ChannelFixture
+  let deadline: Duration
+  let queues: [AnyObject]
+  let state = Mutex(State())
+  let waiter = Waiter()
+  var lines: [String] = []
+  var timeouts: [String] = []
+  var abandoned: Set<String> = []
+
+  init(driver: any ChannelDriver, fixture: ChannelFixture, deadline: Duration) {
+    self.driver = driver
+    self.fixture = fixture
+    self.deadline = deadline
+    queues = [driver.makeQueue(index: 0), driver.makeQueue(index: 1)]
+    let (ours, peer): (Int32, Int32)
+    switch fixture {
+    case .socket: (ours, peer) = Posix.socketPair()
+    case .pipeReadEnd:
+      let (read, write) = Posix.pipePair()
+      (ours, peer) = (read, write)
+    case .pipeWriteEnd:
+      let (read, write) = Posix.pipePair()
+      (ours, peer) = (write, read)
+    }
+    Posix.setNonBlocking(peer)
+    state.withLock {
+      $0.descriptor = ours
+      $0.peer = peer
+      $0.originalFlags = Posix.statusFlags(ours)
+      $0.identity = Posix.identity(ours)!
+    }
+  }
+
+  // MARK: Steps
+
+  func perform(_ step: ChannelStep, index: Int) {
+    var note = ""
+    switch step {
+    case .fixture:
+      if index != 1 { note = "skipped (not first)" }
+    case .open(let slot):
+      drop(slot)
+      let descriptor = state.withLock { $0.descriptor }
+      let id = newChannel(slot: slot, fromEnded: false)
+      let handle = driver.open(descriptor: descriptor, queue: queues[0], cleanup: cleanup(id))
+      state.withLock { $0.channels[id].handle = handle }
+    case .openFrom(let slot, let from):
+      guard slot != from,
+        let (parent, ended) = state.withLock({ state -> (ChannelHandle, Bool)? in
+          guard let id = state.slots[from], let handle = state.channels[id].handle else { return nil }
+          return (handle, state.channels[id].closed)
+        })
+      else {
+        note = "skipped (no c\(from))"
+        break
+      }
+      drop(slot)
+      let id = newChannel(slot: slot, fromEnded: ended)
+      let handle = driver.open(from: parent, queue: queues[0], cleanup: cleanup(id))
+      state.withLock { $0.channels[id].handle = handle }
+    case .read(let slot, let length, let concurrent):
+      guard let (id, handle) = live(slot) else {
+        note = "skipped (no c\(slot))"
+        break
+      }
+      let busy = state.withLock { state in
+        state.ops.contains { $0.isRead && !$0.done && $0.channel != id && !$0.endedByDrop }
+      }
+      if busy {
+        note = "skipped (another channel's read is pending)"
+        break
+      }
+      let op = issue(isRead: true, channel: id, length: length, queue: concurrent ? 1 : 0)
+      driver.read(handle, length: length, queue: queues[concurrent ? 1 : 0], handler: call(op))
+    case .write(let slot, let bytes, let concurrent):
+      guard let (id, handle) = live(slot) else {
+        note = "skipped (no c\(slot))"
+        break
+      }
+      let op = issue(isRead: false, channel: id, length: bytes, queue: concurrent ? 1 : 0)
+      driver.write(
+        handle, bytes: (0..<bytes).map { UInt8($0 % 251) }, queue: queues[concurrent ? 1 : 0], handler: call(op))
+    case .setLimit(let slot, let lowWater, let highWater):
+      guard let (id, handle) = live(slot) else { break }
+      state.withLock { if let lowWater { $0.channels[id].lowWater = lowWater } }
+      driver.setLimit(handle, lowWater: lowWater, highWater: highWater)
+    case .barrier(let slot):
+      guard let (id, handle) = live(slot), state.withLock({ !$0.channels[id].closed }) else {
+        note = "skipped"
+        break
+      }
+      let barrier = state.withLock { state -> Int in
+        let before = state.ops.indices.filter { state.ops[$0].channel == id }
+        state.barriers.append(Barrier(channel: id, before: before))
+        return state.barriers.count - 1
+      }
+      driver.barrier(handle) { [weak self] in
+        self?.state.withLock { $0.barriers[barrier].ran = true }
+      }
+    case .close(let slot, let stop):
+      guard let (id, handle) = live(slot), state.withLock({ !$0.channels[id].closed }) else {
+        note = "skipped"
+        break
+      }
+      state.withLock {
+        $0.channels[id].closed = true
+        $0.channels[id].stopped = stop
+      }
+      driver.close(handle, stop: stop)
+    case .drop(let slot):
+      drop(slot)
+    case .peerWrite(let bytes):
+      state.withLock { state in
+        guard fixture != .pipeWriteEnd, !state.peerShut, state.peer >= 0 else {
+          note = "skipped"
+          return
+        }
+        let wrote = Posix.writePattern(state.peer, offset: state.peerWritten, count: bytes)
+        if wrote > 0 { state.peerWritten += wrote }
+        if wrote < bytes { note = "peer wrote \(max(wrote, 0)) of \(bytes)" }
+      }
+    case .peerDrain:
+      peerDrain()
+    case .peerShutdown:
+      state.withLock { state in
+        guard !state.peerShut, state.peer >= 0, fixture != .pipeWriteEnd else { return }
+        if fixture == .socket {
+          shutdown(state.peer, Int32(SHUT_WR))
+        } else {
+          close(state.peer)
+          state.peer = -1
+          state.peerClosed = true
+        }
+        state.peerShut = true
+      }
+    case .peerClose:
+      closePeer()
+    case .reuseNumber:
+      reuseNumber()
+    case .observeFlags:
+      break
+    }
+    settle()
+    report("\(index). \(step)" + (note.isEmpty ? "" : " — \(note)"), flags: step == .observeFlags)
+  }
+
+  private func newChannel(slot: Int, fromEnded: Bool) -> Int {
+    state.withLock { state in
+      var channel = Channel(slot: slot)
+      channel.fromEnded = fromEnded
+      state.channels.append(channel)
+      state.slots[slot] = state.channels.count - 1
+      return state.channels.count - 1
+    }
+  }
+
+  private func cleanup(_ id: Int) -> @Sendable (Int32) -> Void {
+    { [weak self] descriptor in self?.state.withLock { $0.channels[id].cleanups.append(descriptor) } }
+  }
+
+  private func live(_ slot: Int) -> (Int, ChannelHandle)? {
+    state.withLock { state in
+      guard let id = state.slots[slot], let handle = state.channels[id].handle else { return nil }
+      return (id, handle)
+    }
+  }
+
+  private func issue(isRead: Bool, channel: Int, length: Int, queue: Int) -> Int {
+    state.withLock { state in
+      state.ops.append(
+        Operation(
+          isRead: isRead, channel: channel, length: length, queue: queue, issuedClosed: state.channels[channel].closed))
+      return state.ops.count - 1
+    }
+  }
+
+  /// The handler of operation `op`: checks each call's queue, order and bytes.
+  private func call(_ op: Int) -> ChannelCall {
+    { [weak self] done, bytes, count, error in
+      guard let self else { return }
+      let queue = driver.currentQueue()
+      state.withLock { state in
+        var operation = state.ops[op]
+        defer { state.ops[op] = operation }
+        if queue != operation.queue { operation.wrongQueue = true }
+        if operation.done { operation.afterDone = true }
+        if operation.isRead {
+          for (offset, byte) in bytes.enumerated() where byte != UInt8((state.streamOffset + offset) % 251) {
+            operation.outOfOrder = true
+          }
+          state.streamOffset += count
+          operation.delivered += count
+        } else {
+          operation.delivered = operation.length - count
+        }
+        if done {
+          operation.done = true
+          operation.error = error
+          state.channels[operation.channel].completedOps += 1
+        }
+      }
+    }
+  }
+
+  /// Lets the channel in `slot` go (`IntendedDifference.dropStopsReads`).
+  private func drop(_ slot: Int) {
+    let taken = state.withLock { state -> (ChannelHandle, Bool, Bool)? in
+      guard let id = state.slots[slot], let handle = state.channels[id].handle else { return nil }
+      state.slots[slot] = nil
+      state.channels[id].handle = nil
+      state.channels[id].dropped = true
+      let pending = state.ops.indices.filter { state.ops[$0].channel == id && !state.ops[$0].done }
+      let reading = pending.contains { state.ops[$0].isRead }
+      let writing = pending.contains { !state.ops[$0].isRead }
+      for op in pending where state.ops[op].isRead { state.ops[op].endedByDrop = true }
+      let stop = reading && !writing
+      if stop && !state.channels[id].closed { state.channels[id].stoppedByDrop = true }
+      let wasClosed = state.channels[id].closed
+      state.channels[id].closed = true
+      return wasClosed ? nil : (handle, stop, true)
+    }
+    guard let (handle, stop, _) = taken else { return }
+    // The oracle's channel closed as the package's drop does (stop the reads when no write is
+    // pending), then released; the package's is only released.
+    if driver.side == .dispatch { driver.close(handle, stop: stop) }
+  }
+
+  /// The peer goes away. A socket's peer is shut down both ways and closed only at the end: a
+  /// close with bytes unread would make our next read fail with ECONNRESET or end, by timing.
+  private func closePeer() {
+    state.withLock { state in
+      guard state.peer >= 0 else { return }
+      if fixture == .socket {
+        shutdown(state.peer, Int32(SHUT_RDWR))
+        state.closedPeers.append(state.peer)
+      } else {
+        close(state.peer)
+      }
+      state.peer = -1
+      state.peerClosed = true
+      state.peerShut = true
+    }
+  }
+
+  private func peerDrain() {
+    let clock = ContinuousClock()
+    let end = clock.now + (abandoned.contains("drain") ? .zero : deadline)
+    while true {
+      let (peer, wanted) = state.withLock { state -> (Int32, Bool) in
+        guard fixture != .pipeReadEnd, state.peer >= 0 else { return (-1, false) }
+        let (bytes, _, _) = Posix.drain(state.peer)
+        state.peerReceived += bytes.count
+        let wanted = state.ops.indices.contains { !state.ops[$0].isRead && !state.ops[$0].done && !blocked($0, state) }
+        return (state.peer, wanted)
+      }
+      guard peer >= 0, wanted else { return }
+      if clock.now >= end {
+        timeouts.append("the peer read for \(deadline) and the writes never ended")
+        abandoned.insert("drain")
+        return
+      }
+      _ = Posix.isReadable(peer, milliseconds: 20)
+    }
+  }
+
+  private func reuseNumber() {
+    guard fixture == .socket else { return }
+    let live = state.withLock { state in
+      state.channels.indices.compactMap { id -> ChannelHandle? in
+        guard let handle = state.channels[id].handle, !state.channels[id].closed else { return nil }
+        state.channels[id].closed = true
+        state.channels[id].stopped = true
+        return handle
+      }
+    }
+    for handle in live { driver.close(handle, stop: true) }
+    settle()
+    let ended = waiter.wait(for: abandoned.contains("reuse") ? .zero : deadline) {
+      state.withLock { state in
+        state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done || $0.endedByDrop }
+      }
+    }
+    if !ended {
+      timeouts.append("the channels' cleanups never ran within \(deadline) after close(stop: true)")
+      abandoned.insert("reuse")
+    }
+    state.withLock { state in
+      let (fresh, peer) = Posix.socketPair()
+      Posix.setNonBlocking(peer)
+      _ = dup2(fresh, state.descriptor)
+      close(fresh)
+      if state.peer >= 0 { close(state.peer) }
+      state.peer = peer
+      state.peerWritten = 0
+      state.peerShut = false
+      state.peerClosed = false
+      state.peerReceived = 0
+      state.streamOffset = 0
+      state.originalFlags = Posix.statusFlags(state.descriptor)
+      state.identity = Posix.identity(state.descriptor)!
+    }
+  }
+
+  // MARK: Settling and observing
+
+  /// Whether `op` waits behind a barrier of its channel that has not run.
+  private func blocked(_ op: Int, _ state: State) -> Bool {
+    state.barriers.contains {
+      $0.channel == state.ops[op].channel && !$0.ran && !$0.before.contains(op) && $0.before.allSatisfy { $0 < op }
+    }
+  }
+
+  /// What the model says libdispatch owes now; marks those operations as owed.
+  private func owed() -> [String] {
+    let queued = state.withLock { state in
+      state.peer >= 0 && fixture != .pipeReadEnd ? Posix.bytesQueued(state.peer) : 0
+    }
+    return state.withLock { state in
+      var owed: [String] = []
+      var headRead: Int? = nil
+      var earlierWrite = false
+      for op in state.ops.indices where !state.ops[op].done && !state.ops[op].endedByDrop {
+        let operation = state.ops[op]
+        let channel = state.channels[operation.channel]
+        if blocked(op, state) { continue }
+        var must = channel.stopped || channel.fromEnded || operation.issuedClosed
+        if operation.isRead {
+          must = must || channel.stoppedByDrop || fixture == .pipeWriteEnd || state.peerShut
+          if headRead == nil {
+            headRead = op
+            let available = state.peerWritten - state.streamOffset
+            if channel.lowWater ?? 1 <= 1 {
+              must = must || available > 0
+            } else {
+              must = must || operation.delivered + available >= operation.length
+            }
+          }
+        } else {
+          must = must || fixture == .pipeReadEnd || state.peerClosed
+          if !earlierWrite && operation.length <= 4096 && queued + operation.length <= 32768 { must = true }
+          earlierWrite = true
+        }
+        if must {
+          state.ops[op].owed = true
+          owed.append("op\(op) \(operation.isRead ? "read" : "write") on c\(channel.slot)")
+        }
+      }
+      for index in state.barriers.indices where !state.barriers[index].ran {
+        if state.barriers[index].before.allSatisfy({ state.ops[$0].done }) {
+          state.barriers[index].owed = true
+          owed.append("barrier\(index) on c\(state.channels[state.barriers[index].channel].slot)")
+        }
+      }
+      return owed
+    }
+  }
+
+  func settle() {
+    for queue in queues { driver.sync(queue) }
+    // What timed out once is not waited for again (its line says so once), so that one hang costs
+    // one deadline and the later steps still wait for everything else.
+    var last: [String] = []
+    let done = waiter.wait(for: deadline) {
+      last = owed().filter { !abandoned.contains($0) }
+      return last.isEmpty
+    }
+    if !done {
+      timeouts.append("never delivered within \(deadline): " + last.joined(separator: "; "))
+      abandoned.formUnion(last)
+    }
+    for queue in queues { driver.sync(queue) }
+  }
+
+  private func report(_ title: String, flags: Bool = false, final: Bool = false) {
+    var out = [title]
+    out += timeouts.map { "   TIMEOUT: \($0)" }
+    timeouts = []
+    state.withLock { state in
+      let exact = state.ops.allSatisfy { $0.done || $0.endedByDrop || state.channels[$0.channel].lowWater ?? 1 <= 1 }
+      out.append("   reads delivered \(exact ? String(state.streamOffset) : "?")")
+      // Each operation's end is reported at the teardown, in the order they were issued: when an
+      // operation the model does not wait for ends is a matter of timing. A step reports a hang
+      // (TIMEOUT) for what it waited for.
+      for op in state.ops.indices where final {
+        let operation = state.ops[op]
+        state.ops[op].reported = true
+        let name =
+          "op\(op) \(operation.isRead ? "read" : "write") \(operation.length) on c\(state.channels[operation.channel].slot)"
+        var facts: [String]
+        if operation.endedByDrop {
+          facts = ["ended by drop \(IntendedDifference.dropStopsReads.tag)"]
+        } else if !operation.done {
+          facts = ["never ended"]
+        } else {
+          facts = ["errno \(operation.error)"]
+          let whole =
+            operation.error == 0 && (!operation.isRead || state.channels[operation.channel].lowWater ?? 1 <= 1)
+          if whole { facts.append("\(operation.delivered) bytes") }
+        }
+        if operation.afterDone { facts.append("A CALL AFTER done") }
+        if operation.outOfOrder { facts.append("BYTES OUT OF ORDER") }
+        if operation.wrongQueue { facts.append("A CALL OFF ITS QUEUE") }
+        out.append("   \(name): " + facts.joined(separator: ", "))
+      }
+      for index in state.barriers.indices where final {
+        out.append("   barrier\(index) \(state.barriers[index].ran ? "ran" : "never ran")")
+      }
+      if flags {
+        let live = state.channels.filter { !$0.closed }
+        if !live.isEmpty && live.allSatisfy({ $0.completedOps > 0 }) {
+          out.append("   O_NONBLOCK \(Posix.isNonBlocking(state.descriptor)) with \(live.count) live channel(s)")
+        } else {
+          out.append("   flags not compared")
+        }
+      }
+    }
+    lines += out
+  }
+
+  /// Closes every channel with `.stop`, closes the peer, releases everything, waits for each
+  /// channel's cleanup, and reports the ends, the flags and the descriptor.
+  func finish() -> [String] {
+    // The peer first: a write blocked on a full socket then ends with EPIPE on both sides rather
+    // than waiting on the stop (libdispatch's stop of such a write can take its time, and a record
+    // of the number left behind would stall the next sequence that gets the same number).
+    // The peer reads what was written first: a peer that closes with unread bytes makes the
+    // reader's next read fail with ECONNRESET or end, by timing.
+    peerDrain()
+    closePeer()
+    settle()
+    let live = state.withLock { state in
+      state.channels.indices.compactMap { id -> ChannelHandle? in
+        guard let handle = state.channels[id].handle, !state.channels[id].closed else { return nil }
+        state.channels[id].closed = true
+        state.channels[id].stopped = true
+        return handle
+      }
+    }
+    for handle in live { driver.close(handle, stop: true) }
+    settle()
+    state.withLock { state in
+      for id in state.channels.indices { state.channels[id].handle = nil }
+    }
+    let ended = waiter.wait(for: deadline) {
+      state.withLock { state in
+        state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done }
+      }
+    }
+    if !ended {
+      timeouts.append(
+        "after the peer's close and close(stop: true), not every operation and cleanup ended within \(deadline)")
+    }
+    for queue in queues { driver.sync(queue) }
+    report("teardown: the peer closed, every channel closed with stop and released", final: true)
+    state.withLock { state in
+      let cleanups = state.channels.enumerated().map {
+        "c\($0.element.slot)#\($0.offset): \($0.element.cleanups.count)"
+      }
+      // `IntendedDifference.cleanupGetsDescriptor`: the oracle's cleanup gets an errno (0, or
+      // ECANCELED after a stop), the package's the descriptor, which is checked.
+      let right =
+        driver.side == .dispatch
+        || state.channels.allSatisfy { channel in
+          // A channel made from one that had ended gets -1: it never used the descriptor.
+          channel.cleanups.allSatisfy { $0 == state.descriptor || (channel.fromEnded && $0 == -1) }
+        }
+      lines.append(
+        "   cleanups \(cleanups.joined(separator: " ")), each with its argument as documented \(right) \(IntendedDifference.cleanupGetsDescriptor.tag)"
+      )
+      let open = Posix.identity(state.descriptor) == state.identity
+      let restored = Posix.statusFlags(state.descriptor) == state.originalFlags
+      lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")
+      close(state.descriptor)
+      for peer in state.closedPeers { close(peer) }
+    }
+    return lines
+  }
+}
