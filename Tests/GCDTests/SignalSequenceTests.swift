@@ -176,18 +176,7 @@ extension SignalSequenceTests {
       await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
         alarm(30)
         let (first, second) = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
-          let storage = signals.storage
-          let first = Task { () -> Int32? in
-            var iterator = signals.makeAsyncIterator()
-            return await iterator.next()
-          }
-          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
-          let second = Task { () -> Int32? in
-            var iterator = signals.makeAsyncIterator()
-            return await iterator.next()
-          }
-          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
-          return (first, second)
+          await twoWaitingConsumers(of: signals)
         }
         childCheck(await first.value == nil, "the first got a signal")
         childCheck(await second.value == nil, "the second got a signal")
@@ -204,16 +193,7 @@ extension SignalSequenceTests {
         alarm(30)
         let other = try await SignalSource.withSignals([Self.unsentSignal]) { signals in
           let storage = signals.storage
-          let cancelled = Task { () -> Int32? in
-            var iterator = signals.makeAsyncIterator()
-            return await iterator.next()
-          }
-          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
-          let other = Task { () -> Int32? in
-            var iterator = signals.makeAsyncIterator()
-            return await iterator.next()
-          }
-          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          let (cancelled, other) = await twoWaitingConsumers(of: signals)
           cancelled.cancel()
           childCheck(await cancelled.value == nil, "the cancelled one got a signal")
           childCheck(storage.waitingConsumers == 1, "\(storage.waitingConsumers) wait after the cancellation")
@@ -231,16 +211,7 @@ extension SignalSequenceTests {
         alarm(30)
         let got = try await SignalSource.withSignals([SIGUSR1, SIGUSR2]) { signals in
           let storage = signals.storage
-          let first = Task { () -> Int32? in
-            var iterator = signals.makeAsyncIterator()
-            return await iterator.next()
-          }
-          childCheck(await eventually { storage.waitingConsumers == 1 }, "the first never waited")
-          let second = Task { () -> Int32? in
-            var iterator = signals.makeAsyncIterator()
-            return await iterator.next()
-          }
-          childCheck(await eventually { storage.waitingConsumers == 2 }, "the second never waited")
+          let (first, second) = await twoWaitingConsumers(of: signals)
           kill(getpid(), SIGUSR1)
           let one = await first.value
           childCheck(storage.waitingConsumers == 1, "the delivery woke \(2 - storage.waitingConsumers)")
@@ -293,4 +264,22 @@ extension SignalSequenceTests {
     signals = nil
     #expect(await eventually { freedSources.load(ordering: .relaxed) == 2 })
   }
+}
+
+/// Two tasks each waiting in `next()` of its own iterator of `signals`, the first waiting before the
+/// second starts (in an exit-test child: a consumer that never waits ends it).
+private func twoWaitingConsumers(
+  of signals: SignalSource.Signals
+) async -> (Task<Int32?, Never>, Task<Int32?, Never>) {
+  func consumer() -> Task<Int32?, Never> {
+    Task {
+      var iterator = signals.makeAsyncIterator()
+      return await iterator.next()
+    }
+  }
+  let first = consumer()
+  childCheck(await eventually { signals.storage.waitingConsumers == 1 }, "the first never waited")
+  let second = consumer()
+  childCheck(await eventually { signals.storage.waitingConsumers == 2 }, "the second never waited")
+  return (first, second)
 }
