@@ -10,7 +10,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   case cancelHandlerOnce
   case dropStopsReads
   case noEventHandlerClear
-  case endWithoutHandler
+  case eventWithoutHandler
   case smallReadsAtOnce
   case cleanupGetsDescriptor
 
@@ -27,8 +27,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "`cancel()` of a suspended or never-resumed source runs its cancel handler only after the matching `resume()`s"
     case .dropStopsReads:
       "a channel released without `close` keeps its pending reads waiting (and the descriptor held) until end of file"
-    case .endWithoutHandler:
-      "a started read source with no event handler that meets the end of the stream (the peer closed) stays silent when a handler is set later"
+    case .eventWithoutHandler:
+      "a started read or write source whose event finds no handler can stay silent when a handler is set later, bytes still queued included (seen: a read source at the socket's end, or with bytes while a write source shares the descriptor; a write source after the peer closed)"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
     case .cleanupGetsDescriptor:
       "a channel's cleanup handler receives an errno value (0, or `ECANCELED` after a stop)"
@@ -48,8 +48,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .cancelCompletes:
       "`cancel()` balances the outstanding suspensions and starts a never-started source: the cancel handler does not wait; later `suspend()`/`resume()` calls are not the user's to balance"
     case .dropStopsReads: "dropping a channel ends its pending reads with `ECANCELED` and lets its writes finish"
-    case .endWithoutHandler:
-      "the handler set later runs and reads the end of the stream (the fence re-arms whatever the handler)"
+    case .eventWithoutHandler:
+      "the handler set later runs: it reads the bytes and the end, or its write fails with `EPIPE` (the fence re-arms whatever the handler)"
     case .noEventHandlerClear: "no call clears an event handler; a user sets one that does nothing"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of 1 byte: each read delivers what arrives"
@@ -68,7 +68,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "the cancel handler is where a descriptor is closed: a second run would close a reused number"
     case .cancelCompletes: "a cancel handler that closes a descriptor must not wait for a resume that may never come"
     case .dropStopsReads: "a dropped channel must not hold its descriptor for a peer that never writes"
-    case .endWithoutHandler:
+    case .eventWithoutHandler:
       "issue 38's first defect, fixed at its shape: the re-arm does not depend on a block the user controls"
     case .noEventHandlerClear: "a handler is a non-optional closure in the package's API"
     case .smallReadsAtOnce: "with one chunk, a request/response protocol looks hung"
@@ -91,8 +91,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "the Dispatch run's cancel resumes as the drop does; no sequence suspends or resumes a cancelled source"
     case .dropStopsReads:
       "the Dispatch run's drop of a channel with a pending read closes it with `.stop` when no write is pending; a read a drop left waiting ends as `ended by drop` on both sides"
-    case .endWithoutHandler:
-      "once the end reached a started read source with no handler, neither run waits for a read event for it or reports whether the end was seen"
+    case .eventWithoutHandler:
+      "once a started read source with no handler had bytes or the end to report (a write source: the end, or the peer's close), until the number is reused: no run waits for such events; what was read, the end and write errors are not compared; a handler that meets the end suspends its source instead of cancelling it"
     case .noEventHandlerClear: "the GCD run's clear sets an empty handler; neither side records an event for it"
     case .cleanupGetsDescriptor:
       "the GCD run checks its cleanup got the descriptor; the Dispatch run's errno is not compared; both report the verdict"

@@ -50,6 +50,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     var dataSeen: UInt = 0
     var timerPending = false
     var uncertain = false
+    /// Suspended by its own handler at an end of the stream no one can compare
+    /// (`IntendedDifference.eventWithoutHandler`): one more suspension for a cancel or drop to balance.
+    var muted = false
     var pendingSignals = 0
     var signalsSeen: UInt = 0
     var violations: [String] = []
@@ -72,9 +75,15 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     var peerClosed = false
     var eofPending = false
     var eofSeen = false
-    /// `IntendedDifference.endWithoutHandler`: the end of the stream reached a started read
-    /// source with no handler; whether a handler set later sees it is not compared.
-    var eofUncertain = false
+    /// `IntendedDifference.eventWithoutHandler`: the socket had bytes or its end (the peer shut
+    /// its writing half) to report while a started read source had no handler. Until the number
+    /// is reused, the runs do not wait for read events, nor compare what the readers read or
+    /// whether they saw the end: the oracle's source may have gone silent, bytes and end included.
+    var readUncertain = false
+    /// The same for the writing side: the peer closed while a started write source had no
+    /// handler. Until the number is reused, write events are not waited for, nor write errors
+    /// compared.
+    var writeUncertain = false
     var closedPeers: [Int32] = []
     var readTotal = 0
     var readErrors: Set<Int32> = []
@@ -114,6 +123,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
 
   func perform(_ step: SourceStep, index: Int) {
     var note = ""
+    anticipateEventsWithoutHandler(step)
     switch step {
     case .create(let slot, let kind, let onDuplicate, let queue):
       drop(slot)
@@ -185,8 +195,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       let (balance, wasActivated) = state.withLock { state -> (Int, Bool) in
         var entry = state.slots[slot]!
         defer { state.slots[slot] = entry }
-        let taken = (entry.suspensions, entry.activated)
+        let taken = (entry.suspensions + (entry.muted ? 1 : 0), entry.activated)
         if !entry.activated { entry.cancelledBeforeActivation = true }
+        entry.muted = false
         entry.cancelled = true
         entry.activated = true
         entry.suspensions = 0
@@ -270,6 +281,44 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     }
     settle()
     report("\(index). \(step)" + (note.isEmpty ? "" : " — \(note)"))
+  }
+
+  /// `IntendedDifference.eventWithoutHandler`, decided before the step: a read (write) source
+  /// started with no handler (or left so by this step) while the socket has, or this step gives
+  /// it, something to report. Deciding after the step would be too late: in libdispatch the
+  /// event that finds no handler can silence the other sources on the descriptor too, while the
+  /// package's sources with a handler see it at once.
+  private func anticipateEventsWithoutHandler(_ step: SourceStep) {
+    let queued = state.withLock { $0.socket >= 0 ? Posix.bytesQueued($0.socket) : 0 }
+    state.withLock { state in
+      func handlerless(_ kind: SourceKind) -> Bool {
+        state.slots.contains { key, entry in
+          guard entry.kind == kind, entry.source != nil, entry.unusable == nil, !entry.cancelled else { return false }
+          switch step {
+          case .resume(let slot) where slot == key:
+            return entry.handler == nil && (!entry.activated || entry.suspensions == 1)
+          case .clearHandler(let slot) where slot == key: return entry.activated && entry.suspensions == 0
+          default: return entry.handler == nil && entry.activated && entry.suspensions == 0
+          }
+        }
+      }
+      let peerStep: Bool
+      switch step {
+      case .peerWrite, .peerShutdown, .peerClose: peerStep = true
+      default: peerStep = false
+      }
+      let ending: Bool
+      switch step {
+      case .peerShutdown, .peerClose: ending = true
+      default: ending = state.peerWriteShut
+      }
+      // A write source's event that finds no handler at the end silences the readers too.
+      if handlerless(.read) && (queued > 0 || state.peerWriteShut || peerStep) || handlerless(.write) && ending {
+        state.readUncertain = true
+      }
+      if case .peerClose = step, handlerless(.write) { state.writeUncertain = true }
+      if state.peerClosed && handlerless(.write) { state.writeUncertain = true }
+    }
   }
 
   private func usable(_ slot: Int) -> SourceHandle? {
@@ -378,6 +427,16 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
           state.readOutOfOrder = true
         }
         state.readTotal += bytes.count
+        if end && state.readUncertain {
+          // `IntendedDifference.eventWithoutHandler`: a source that met the end with no handler (the
+          // package's reaches here, the oracle's stays silent) or one started after that. A cancel
+          // would show as a cancel handler run at this step on one side only; a suspension (under
+          // the lock, so that a cancel or drop that balances it comes after it) is not seen, and
+          // stops the end, which stays readable, from calling the handler again.
+          mute(&entry)
+          counts = false
+          break
+        }
         if end {
           state.eofSeen = true
           state.eofPending = false
@@ -396,6 +455,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
           if got > 0 {
             wrote += got
             if got == 4096 { continue }
+          } else if got < 0 && -got != Int(EAGAIN) && state.writeUncertain {
+            // `IntendedDifference.eventWithoutHandler`, the writing side: as at the end of a read.
+            mute(&entry)
           } else if got < 0 && -got != Int(EAGAIN) {
             state.writeErrors.insert(Int32(-got))
             cancel = true
@@ -427,13 +489,22 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     if let cancelSelf { driver.cancel(cancelSelf) }
   }
 
+  /// Suspends a source from its own handler, once, for `IntendedDifference.eventWithoutHandler`
+  /// (called under the state's lock, so that a cancel or drop that balances it comes after it).
+  private func mute(_ entry: inout Slot) {
+    guard !entry.cancelled && !entry.muted, let source = entry.source else { return }
+    driver.suspend(source)
+    entry.muted = true
+  }
+
   /// Lets the source in `slot` go (`IntendedDifference.safeDrop`): the package's drop cancels and
   /// balances; the oracle's run does that itself first.
   private func drop(_ slot: Int) {
     let taken = state.withLock { state -> (SourceHandle, Int, Bool)? in
       guard var entry = state.slots[slot], let source = entry.source else { return nil }
-      let taken = (source, entry.suspensions, entry.activated)
+      let taken = (source, entry.suspensions + (entry.muted ? 1 : 0), entry.activated)
       if !entry.activated { entry.cancelledBeforeActivation = true }
+      entry.muted = false
       entry.source = nil
       entry.cancelled = true
       entry.activated = true
@@ -487,6 +558,8 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       state.peerWriteShut = false
       state.peerClosed = false
       state.eofPending = false
+      state.readUncertain = false
+      state.writeUncertain = false
       state.readTotal = 0
       state.writtenTotal = 0
       state.peerReceived = 0
@@ -507,9 +580,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
         guard live else { continue }
         if entry.deliverable {
           switch entry.kind {
-          case .read where socketQueued > 0 || (state.eofPending && !state.eofUncertain):
+          case .read where (socketQueued > 0 || state.peerWriteShut) && !state.readUncertain:
             owed.append("s\(key) read event (\(socketQueued) bytes queued\(state.eofPending ? ", end of file" : ""))")
-          case .write where writable && !state.peerClosed:
+          case .write where (writable || state.peerClosed) && !state.writeUncertain:
             owed.append("s\(key) write event (socket writable)")
           case .add, .or:
             if entry.pendingData != 0 { owed.append("s\(key) data event (\(entry.pendingData) merged)") }
@@ -553,12 +626,15 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     for queue in queues { driver.sync(queue) }
     // What libdispatch drops for want of a handler: merges and fires that find an active source
     // with none (for a timer, a matter of timing: its later fires are not compared).
+    let queued = state.withLock { $0.socket >= 0 ? Posix.bytesQueued($0.socket) : 0 }
     state.withLock { state in
       for (key, entry) in state.slots
       where entry.source != nil && entry.activated && entry.suspensions == 0
         && !entry.cancelled && entry.handler == nil
       {
-        if entry.kind == .read && state.eofPending { state.eofUncertain = true }
+        if entry.kind == .read && (queued > 0 || state.peerWriteShut) { state.readUncertain = true }
+        if entry.kind == .write && state.peerWriteShut { state.readUncertain = true }
+        if entry.kind == .write && state.peerClosed { state.writeUncertain = true }
         state.slots[key]!.pendingData = 0
         state.slots[key]!.pendingSignals = 0
         if entry.timerPending {
@@ -575,9 +651,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     timeouts = []
     state.withLock { state in
       out.append(
-        "   socket: read \(state.readTotal)\(state.eofUncertain ? "" : state.eofSeen ? " +eof" : "")\(state.readErrors.isEmpty ? "" : " errors \(state.readErrors.sorted())")"
+        "   socket: read \(state.readUncertain ? "(not compared)" : state.eofSeen ? "\(state.readTotal) +eof" : "\(state.readTotal)")\(state.readErrors.isEmpty ? "" : " errors \(state.readErrors.sorted())")"
           + "\(state.readOutOfOrder ? " OUT OF ORDER" : ""); written \(state.writtenSinceStep > 0 ? "some" : "none")"
-          + "\(state.writeErrors.isEmpty ? "" : " errors \(state.writeErrors.sorted())")"
+          + "\(state.writeUncertain ? " errors (not compared)" : state.writeErrors.isEmpty ? "" : " errors \(state.writeErrors.sorted())")"
           + "\(state.peerOutOfOrder ? " PEER SAW OUT OF ORDER" : "")")
       state.writtenSinceStep = 0
       for (key, entry) in state.slots.sorted(by: { $0.key < $1.key }) {
