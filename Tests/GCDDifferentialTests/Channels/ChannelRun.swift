@@ -308,7 +308,11 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     guard driver.side == .dispatch else { return }
     let ending = state.withLock { state in
       !state.channels.isEmpty && state.channels.allSatisfy { $0.closed }
-        && state.ops.allSatisfy { $0.done }
+        && state.ops.allSatisfy { operation in
+          // A read a drop's stop ends is ending; one a drop left waiting keeps the record alive.
+          let channel = state.channels[operation.channel]
+          return operation.done || (operation.endedByDrop && (channel.stopped || channel.stoppedByDrop))
+        }
     }
     guard ending else { return }
     let ended = waiter.wait(for: abandoned.contains("record") ? .zero : deadline) {
