@@ -11,8 +11,14 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   case dropStopsReads
   case noEventHandlerClear
   case eventWithoutHandler
+  case writeCancelKeepsReads
   case smallReadsAtOnce
   case cleanupGetsDescriptor
+  case errorEndsOneOperation
+  case readsBesideWrites
+  case reopenAfterEnd
+  case closedReaderEndsWrite
+  case stopWaitsForBarrier
 
   /// What `import Dispatch` does.
   var dispatch: String {
@@ -29,11 +35,23 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "a channel released without `close` keeps its pending reads waiting (and the descriptor held) until end of file"
     case .eventWithoutHandler:
       "a started read or write source whose event finds no handler can stay silent when a handler is set later, bytes still queued included (seen: a read source at the socket's end, or with bytes while a write source shares the descriptor; a write source after the peer closed)"
+    case .writeCancelKeepsReads:
+      "cancelling a write source silences the read sources on the same descriptor number: their later events never come (a read source's cancel leaves a write source alone)"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
     case .cleanupGetsDescriptor:
       "a channel's cleanup handler receives an errno value (0, or `ECANCELED` after a stop)"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of one chunk (1 MiB): a smaller read delivers nothing until it is complete or the stream ends"
+    case .errorEndsOneOperation:
+      "an operation that fails with `EBADF` (a read on a pipe's write-only end) fails every other pending and later operation of the descriptor's channels with `EBADF` while its record lives (io.c keeps the error in the fd entry)"
+    case .readsBesideWrites:
+      "a socket channel's read waits, bytes or the end queued for it, while a write of the socket is pending (the two directions share one record and one epoll registration: docs/io.md)"
+    case .reopenAfterEnd:
+      "a channel made over a descriptor whose earlier channels have all closed, while their record is still ending, can save the `O_NONBLOCK` that record set as the caller's flags and restore that at its end: the descriptor is left non-blocking"
+    case .closedReaderEndsWrite:
+      "a write waiting for room in a pipe whose reader then closes never ends (no `EPIPE`), nor do the writes queued behind it, until a stop ends them with `ECANCELED`"
+    case .stopWaitsForBarrier:
+      "`close(flags: .stop)` after a barrier that waits for a pending operation waits behind it: a read that gets no bytes is not stopped until the stream ends"
     }
   }
 
@@ -50,10 +68,21 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads: "dropping a channel ends its pending reads with `ECANCELED` and lets its writes finish"
     case .eventWithoutHandler:
       "the handler set later runs: it reads the bytes and the end, or its write fails with `EPIPE` (the fence re-arms whatever the handler)"
+    case .writeCancelKeepsReads:
+      "a source's cancel leaves the other sources on the descriptor as they were"
     case .noEventHandlerClear: "no call clears an event handler; a user sets one that does nothing"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of 1 byte: each read delivers what arrives"
     case .cleanupGetsDescriptor: "a channel's cleanup receives the descriptor, to close it there"
+    case .errorEndsOneOperation:
+      "only the operation that met the error ends with it; the descriptor's other operations go on"
+    case .readsBesideWrites:
+      "a socket channel reads and writes at once, each direction on its own source: a read delivers while a long write waits for room"
+    case .reopenAfterEnd:
+      "the record (`StreamDescriptor`) restores the flags under its table's lock, so a channel made meanwhile reads the caller's flags; they are restored when its own last channel ends"
+    case .closedReaderEndsWrite: "the write ends with `EPIPE`, and so do the writes behind it"
+    case .stopWaitsForBarrier:
+      "`close(stop: true)` ends every pending operation at once with `ECANCELED`, those before a barrier included; the barrier then runs"
     }
   }
 
@@ -70,9 +99,19 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads: "a dropped channel must not hold its descriptor for a peer that never writes"
     case .eventWithoutHandler:
       "issue 38's first defect, fixed at its shape: the re-arm does not depend on a block the user controls"
+    case .writeCancelKeepsReads:
+      "a connection's writer ends before its reader; its reads must go on"
     case .noEventHandlerClear: "a handler is a non-optional closure in the package's API"
     case .smallReadsAtOnce: "with one chunk, a request/response protocol looks hung"
     case .cleanupGetsDescriptor: "the cleanup is where a descriptor passed in is closed (docs/io.md)"
+    case .errorEndsOneOperation:
+      "an error of one direction says nothing of the other: a write-only end still writes after a read on it failed, as a socket still reads after its writes met `EPIPE`"
+    case .readsBesideWrites:
+      "a request/response peer that reads only after it has sent stalls a channel that cannot read while it writes (docs/io.md, \"One channel reading and writing a socket at once\")"
+    case .reopenAfterEnd:
+      "a descriptor handed back to its owner must have its flags as they were"
+    case .closedReaderEndsWrite: "a writer must learn that its reader went away rather than wait for good"
+    case .stopWaitsForBarrier: "a stop is how a caller gets out of an operation that may wait for good"
     }
   }
 
@@ -90,14 +129,26 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .cancelCompletes:
       "the Dispatch run's cancel resumes as the drop does; no sequence suspends or resumes a cancelled source"
     case .dropStopsReads:
-      "the Dispatch run's drop of a channel with a pending read closes it with `.stop` when no write is pending; a read a drop left waiting ends as `ended by drop` on both sides"
+      "the Dispatch run's drop of a channel with a pending read closes it with `.stop` when no write is pending; a read a drop left waiting ends as `ended by drop` on both sides; while the Dispatch run may still hold such a read (a write was pending, or the channel was closed without stop), the peer writes nothing and the number is not reused: those steps are skipped on both sides, with the row's tag"
     case .eventWithoutHandler:
       "once a started read source with no handler had bytes or the end to report (a write source: the end, or the peer's close), until the number is reused: no run waits for such events; what was read, the end and write errors are not compared; a handler that meets the end suspends its source instead of cancelling it"
+    case .writeCancelKeepsReads:
+      "once a write source is cancelled or dropped while a read source on its number is live, until the number is reused, the runs compare reads as `eventWithoutHandler` does"
     case .noEventHandlerClear: "the GCD run's clear sets an empty handler; neither side records an event for it"
     case .cleanupGetsDescriptor:
       "the GCD run checks its cleanup got the descriptor; the Dispatch run's errno is not compared; both report the verdict"
     case .smallReadsAtOnce:
       "the Dispatch run sets a low-water mark of 1 on each new stream channel, as the package does, before the sequence's own `setLimit`"
+    case .errorEndsOneOperation:
+      "the one operation of the sequences that fails with `EBADF` (a read on a pipe's write end, a write on its read end) is issued only while no other operation is pending, and every later read or write step of the sequence is skipped on both sides, with the row's tag"
+    case .readsBesideWrites:
+      "while a write of the socket is pending (one that does not fit, until the peer reads), no read is issued, the peer writes nothing, and it neither shuts down nor closes while a read waits: those steps are skipped on both sides, with the row's tag"
+    case .reopenAfterEnd:
+      "before a channel over the descriptor whose earlier channels are all closed with no operation pending, the Dispatch run waits for their cleanups and the flags to be back; the GCD run does not"
+    case .closedReaderEndsWrite:
+      "neither run waits for a write on a pipe's write end pending when the peer closed the read end (or queued behind one); at the end each checks its own errno (`EPIPE`; for Dispatch `ECANCELED` from the teardown's stop, or `EPIPE`) and both report the verdict with the row's tag"
+    case .stopWaitsForBarrier:
+      "a `close(stop: true)` of a channel (and a reuse of the number, which stops every channel) while one of its barriers waits for an operation is skipped on both sides, with the row's tag"
     }
   }
 

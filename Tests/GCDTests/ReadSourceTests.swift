@@ -183,6 +183,49 @@ struct ReadSourceTests {
     close(right)
   }
 
+  @Test(
+    "a write source's cancel leaves a read source on the same descriptor delivering (libdispatch's goes silent)",
+    .timeLimit(.minutes(1)))
+  func readerOutlivesCancelledWriter() {
+    let (left, right) = makeSocketPair()
+    defer { close(right) }
+    let queue = Queue(label: "read.outlives-writer")
+    let reader = try! ReadSource(fileDescriptor: left, queue: queue)
+    let writer = try! WriteSource(fileDescriptor: left, queue: queue)
+    let bytes = Recorder<UInt8>()
+    let first = Event()
+    let second = Event()
+    reader.setEventHandler {
+      var byte: UInt8 = 0
+      while read(left, &byte, 1) == 1 {
+        bytes.append(byte)
+        (bytes.values.count == 1 ? first : second).signal()
+      }
+    }
+    let writerCancelled = Event()
+    writer.setEventHandler {}
+    writer.setCancelHandler { writerCancelled.signal() }
+    let readerCancelled = Event()
+    reader.setCancelHandler {
+      close(left)
+      readerCancelled.signal()
+    }
+    writer.resume()
+    reader.resume()
+    _ = write(right, "a", 1)
+    #expect(first.wait())
+    writer.cancel()
+    #expect(writerCancelled.wait())
+    // The same steps through `import Dispatch` (a read and a write source on one number, the write
+    // source cancelled): the read source's handler never runs again
+    // (docs/reliability.md, `writeCancelKeepsReads`).
+    _ = write(right, "b", 1)
+    #expect(second.wait())
+    #expect(bytes.values == [UInt8(ascii: "a"), UInt8(ascii: "b")])
+    reader.cancel()
+    #expect(readerCancelled.wait())
+  }
+
   @Test("an invalid descriptor throws GCDError with EBADF", arguments: [Int32(-1), 9999])
   func invalidDescriptorThrows(fd: Int32) {
     #expect {

@@ -6,6 +6,10 @@ import Synchronization
   import Musl
 #endif
 
+/// The descriptors of Dispatch runs that did not end cleanly, kept open for the life of the process
+/// so that their numbers are never given to another sequence (`ChannelRun.finish`).
+private let quarantine = Mutex<[Int32]>([])
+
 /// The channel sequences as a family the harness runs.
 enum ChannelSequences: SequenceFamily {
   static func generate(_ rng: inout SplitMix64, profile: String) -> [ChannelStep] {
@@ -52,8 +56,17 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     var outOfOrder = false
     var wrongQueue = false
     var endedByDrop = false
+    /// A write on a pipe's write end pending when the reader closed, or queued behind one
+    /// (`IntendedDifference.closedReaderEndsWrite`).
+    var readerClosed = false
     var owed = false
     var reported = false
+    /// The stream's life the read belongs to (`reuseNumber` starts a new one).
+    var generation = 0
+    /// The first byte a read got, and the byte its next delivery must start with: a read's bytes
+    /// are in order within the read; the reads' order is checked at the end, in issue order.
+    var firstByte: Int? = nil
+    var nextByte: Int? = nil
   }
 
   struct Barrier {
@@ -80,6 +93,12 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     var peerReceived = 0
     var streamOffset = 0
     var closedPeers: [Int32] = []
+    var generation = 0
+    /// A read on a pipe's write end or a write on its read end was issued: it fails with EBADF
+    /// (`IntendedDifference.errorEndsOneOperation`).
+    var descriptorFailed = false
+    /// A drop left a read waiting in the Dispatch run (its channel had a write pending).
+    var readLeftWaiting = false
   }
 
   let driver: any ChannelDriver
@@ -125,6 +144,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       if index != 1 { note = "skipped (not first)" }
     case .open(let slot):
       drop(slot)
+      awaitEndedRecord()
       let descriptor = state.withLock { $0.descriptor }
       let id = newChannel(slot: slot, fromEnded: false)
       let handle = driver.open(descriptor: descriptor, queue: queues[0], cleanup: cleanup(id))
@@ -155,11 +175,23 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         note = "skipped (another channel's read is pending)"
         break
       }
+      if let skipped = failingOperationRule(isRead: true) {
+        note = skipped
+        break
+      }
+      if state.withLock({ writeStallsReads($0) }) {
+        note = "skipped (a write of the socket is pending) \(IntendedDifference.readsBesideWrites.tag)"
+        break
+      }
       let op = issue(isRead: true, channel: id, length: length, queue: concurrent ? 1 : 0)
       driver.read(handle, length: length, queue: queues[concurrent ? 1 : 0], handler: call(op))
     case .write(let slot, let bytes, let concurrent):
       guard let (id, handle) = live(slot) else {
         note = "skipped (no c\(slot))"
+        break
+      }
+      if let skipped = failingOperationRule(isRead: false) {
+        note = skipped
         break
       }
       let op = issue(isRead: false, channel: id, length: bytes, queue: concurrent ? 1 : 0)
@@ -187,6 +219,11 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         note = "skipped"
         break
       }
+      if stop && state.withLock({ barrierWaits(id, $0) }) {
+        note = "skipped (a barrier waits for an operation) \(IntendedDifference.stopWaitsForBarrier.tag)"
+        break
+      }
+      if stop { awaitQueuedBytesTaken(by: id) }
       state.withLock {
         $0.channels[id].closed = true
         $0.channels[id].stopped = stop
@@ -195,20 +232,42 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     case .drop(let slot):
       drop(slot)
     case .peerWrite(let bytes):
-      state.withLock { state in
-        guard fixture != .pipeWriteEnd, !state.peerShut, state.peer >= 0 else {
-          note = "skipped"
-          return
+      // What does not fit is written again once the reads the model owes have taken their
+      // bytes, until nothing more fits: how much a read took while the peer wrote is then not a
+      // matter of timing.
+      var total = 0
+      while total < bytes {
+        let wrote = state.withLock { state -> Int in
+          guard fixture != .pipeWriteEnd, !state.peerShut, state.peer >= 0 else {
+            note = "skipped"
+            return 0
+          }
+          if writeStallsReads(state) {
+            note = "skipped (a write of the socket is pending) \(IntendedDifference.readsBesideWrites.tag)"
+            return 0
+          }
+          if state.readLeftWaiting {
+            note = "skipped (a read a drop left waiting in the Dispatch run) \(IntendedDifference.dropStopsReads.tag)"
+            return 0
+          }
+          let wrote = Posix.writePattern(state.peer, offset: state.peerWritten, count: bytes - total)
+          if wrote > 0 { state.peerWritten += wrote }
+          return max(wrote, 0)
         }
-        let wrote = Posix.writePattern(state.peer, offset: state.peerWritten, count: bytes)
-        if wrote > 0 { state.peerWritten += wrote }
-        if wrote < bytes { note = "peer wrote \(max(wrote, 0)) of \(bytes)" }
+        if wrote == 0 { break }
+        total += wrote
+        if total < bytes { settle() }
       }
+      if total < bytes && note.isEmpty { note = "peer wrote \(total) of \(bytes)" }
     case .peerDrain:
       peerDrain()
     case .peerShutdown:
       state.withLock { state in
         guard !state.peerShut, state.peer >= 0, fixture != .pipeWriteEnd else { return }
+        if writeStallsReads(state) && readWaits(state) {
+          note = "skipped (a write of the socket and a read are pending) \(IntendedDifference.readsBesideWrites.tag)"
+          return
+        }
         if fixture == .socket {
           shutdown(state.peer, Int32(SHUT_WR))
         } else {
@@ -219,14 +278,52 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         state.peerShut = true
       }
     case .peerClose:
+      if state.withLock({ writeStallsReads($0) && readWaits($0) }) {
+        note = "skipped (a write of the socket and a read are pending) \(IntendedDifference.readsBesideWrites.tag)"
+        break
+      }
       closePeer()
     case .reuseNumber:
+      if fixture == .socket && state.withLock({ state in state.channels.indices.contains { barrierWaits($0, state) } })
+      {
+        note = "skipped (a barrier waits for an operation) \(IntendedDifference.stopWaitsForBarrier.tag)"
+        break
+      }
+      if state.withLock({ $0.readLeftWaiting }) {
+        note = "skipped (a read a drop left waiting in the Dispatch run) \(IntendedDifference.dropStopsReads.tag)"
+        break
+      }
       reuseNumber()
     case .observeFlags:
       break
     }
     settle()
     report("\(index). \(step)" + (note.isEmpty ? "" : " — \(note)"), flags: step == .observeFlags)
+  }
+
+  /// `IntendedDifference.reopenAfterEnd`: before the Dispatch run makes a channel over the
+  /// descriptor whose earlier channels are all closed with no operation pending (their record is
+  /// ending), it waits for their cleanups and the caller's flags to be back. The GCD run does not.
+  private func awaitEndedRecord() {
+    guard driver.side == .dispatch else { return }
+    let ending = state.withLock { state in
+      !state.channels.isEmpty && state.channels.allSatisfy { $0.closed }
+        && state.ops.allSatisfy { operation in
+          // A read a drop's stop ends is ending; one a drop left waiting keeps the record alive.
+          let channel = state.channels[operation.channel]
+          return operation.done || (operation.endedByDrop && (channel.stopped || channel.stoppedByDrop))
+        }
+    }
+    guard ending else { return }
+    let ended = waiter.wait(for: abandoned.contains("record") ? .zero : deadline) {
+      state.withLock { state in
+        state.channels.allSatisfy { !$0.cleanups.isEmpty } && Posix.statusFlags(state.descriptor) == state.originalFlags
+      }
+    }
+    if !ended {
+      timeouts.append("the closed channels' record never ended within \(deadline)")
+      abandoned.insert("record")
+    }
   }
 
   private func newChannel(slot: Int, fromEnded: Bool) -> Int {
@@ -250,11 +347,30 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     }
   }
 
+  /// `IntendedDifference.errorEndsOneOperation`: nil when an operation may be issued, else the
+  /// note of its skipped step. The one operation of these sequences that fails with `EBADF`, a read
+  /// on a pipe's write end or a write on its read end, is issued only while no other operation is
+  /// pending, and no operation is issued on the descriptor after it.
+  private func failingOperationRule(isRead: Bool) -> String? {
+    state.withLock { state in
+      let tag = IntendedDifference.errorEndsOneOperation.tag
+      if state.descriptorFailed { return "skipped (an operation on the descriptor failed with EBADF) \(tag)" }
+      guard isRead ? fixture == .pipeWriteEnd : fixture == .pipeReadEnd else { return nil }
+      if state.ops.contains(where: { !$0.done && !$0.endedByDrop }) {
+        return "skipped (it fails with EBADF, and an operation is pending) \(tag)"
+      }
+      state.descriptorFailed = true
+      return nil
+    }
+  }
+
   private func issue(isRead: Bool, channel: Int, length: Int, queue: Int) -> Int {
     state.withLock { state in
-      state.ops.append(
-        Operation(
-          isRead: isRead, channel: channel, length: length, queue: queue, issuedClosed: state.channels[channel].closed))
+      var operation = Operation(
+        isRead: isRead, channel: channel, length: length, queue: queue, issuedClosed: state.channels[channel].closed)
+      operation.generation = state.generation
+      if !isRead && state.ops.contains(where: { $0.readerClosed && !$0.done }) { operation.readerClosed = true }
+      state.ops.append(operation)
       return state.ops.count - 1
     }
   }
@@ -270,8 +386,12 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         if queue != operation.queue { operation.wrongQueue = true }
         if operation.done { operation.afterDone = true }
         if operation.isRead {
-          for (offset, byte) in bytes.enumerated() where byte != UInt8((state.streamOffset + offset) % 251) {
-            operation.outOfOrder = true
+          // Per read: two reads of one channel with handlers on different queues may run their
+          // calls in either order, so the stream's order across reads is checked at the end.
+          for byte in bytes {
+            if let next = operation.nextByte, Int(byte) != next { operation.outOfOrder = true }
+            if operation.firstByte == nil { operation.firstByte = Int(byte) }
+            operation.nextByte = (Int(byte) + 1) % 251
           }
           state.streamOffset += count
           operation.delivered += count
@@ -289,6 +409,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
 
   /// Lets the channel in `slot` go (`IntendedDifference.dropStopsReads`).
   private func drop(_ slot: Int) {
+    if let id = state.withLock({ $0.slots[slot] }) { awaitQueuedBytesTaken(by: id) }
     let taken = state.withLock { state -> (ChannelHandle, Bool, Bool)? in
       guard let id = state.slots[slot], let handle = state.channels[id].handle else { return nil }
       state.slots[slot] = nil
@@ -299,6 +420,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       let writing = pending.contains { !state.ops[$0].isRead }
       for op in pending where state.ops[op].isRead { state.ops[op].endedByDrop = true }
       let stop = reading && !writing
+      if reading && (writing || (state.channels[id].closed && !state.channels[id].stopped)) {
+        state.readLeftWaiting = true
+      }
       if stop && !state.channels[id].closed { state.channels[id].stoppedByDrop = true }
       let wasClosed = state.channels[id].closed
       state.channels[id].closed = true
@@ -308,6 +432,24 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     // The oracle's channel closed as the package's drop does (stop the reads when no write is
     // pending), then released; the package's is only released.
     if driver.side == .dispatch { driver.close(handle, stop: stop) }
+  }
+
+  /// Before a stop or a drop ends channel `id`'s pending read: waits until the read has taken the
+  /// bytes queued on the descriptor, which a stop then delivers with `done`. With a low-water mark
+  /// above 1 the model owes a read nothing before it is complete, so without this wait how much
+  /// it gathered before the stop would be a matter of timing.
+  private func awaitQueuedBytesTaken(by id: Int) {
+    let reading = state.withLock { state in
+      fixture != .pipeWriteEnd && !state.channels[id].closed
+        && state.ops.contains { $0.isRead && $0.channel == id && !$0.done && !$0.endedByDrop }
+    }
+    guard reading else { return }
+    let descriptor = state.withLock { $0.descriptor }
+    if !waiter.wait(for: abandoned.contains("taken") ? .zero : deadline, until: { Posix.bytesQueued(descriptor) == 0 })
+    {
+      timeouts.append("a pending read never took the bytes queued on the descriptor within \(deadline)")
+      abandoned.insert("taken")
+    }
   }
 
   /// The peer goes away. A socket's peer is shut down both ways and closed only at the end: a
@@ -320,6 +462,11 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         state.closedPeers.append(state.peer)
       } else {
         close(state.peer)
+      }
+      if fixture == .pipeWriteEnd {
+        for op in state.ops.indices where !state.ops[op].isRead && !state.ops[op].done {
+          state.ops[op].readerClosed = true
+        }
       }
       state.peer = -1
       state.peerClosed = true
@@ -352,7 +499,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     guard fixture == .socket else { return }
     let live = state.withLock { state in
       state.channels.indices.compactMap { id -> ChannelHandle? in
-        guard let handle = state.channels[id].handle, !state.channels[id].closed else { return nil }
+        // A channel closed without stop is stopped too: a read it left waiting would hold the
+        // record past the reuse.
+        guard let handle = state.channels[id].handle, !state.channels[id].stopped else { return nil }
         state.channels[id].closed = true
         state.channels[id].stopped = true
         return handle
@@ -381,6 +530,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       state.peerClosed = false
       state.peerReceived = 0
       state.streamOffset = 0
+      state.generation += 1
       state.originalFlags = Posix.statusFlags(state.descriptor)
       state.identity = Posix.identity(state.descriptor)!
     }
@@ -395,6 +545,22 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     }
   }
 
+  /// `IntendedDifference.readsBesideWrites`: whether a write of the socket is pending. Then no read
+  /// is issued, the peer writes nothing, and it neither shuts down nor closes while a read waits.
+  private func writeStallsReads(_ state: State) -> Bool {
+    fixture == .socket && state.ops.contains { !$0.isRead && !$0.done }
+  }
+
+  /// `IntendedDifference.stopWaitsForBarrier`: whether a barrier of channel `id` waits for an
+  /// operation that has not ended.
+  private func readWaits(_ state: State) -> Bool {
+    state.ops.contains { $0.isRead && !$0.done && !$0.endedByDrop }
+  }
+
+  private func barrierWaits(_ id: Int, _ state: State) -> Bool {
+    state.barriers.contains { $0.channel == id && !$0.ran && !$0.before.allSatisfy { state.ops[$0].done } }
+  }
+
   /// What the model says libdispatch owes now; marks those operations as owed.
   private func owed() -> [String] {
     let queued = state.withLock { state in
@@ -404,7 +570,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       var owed: [String] = []
       var headRead: Int? = nil
       var earlierWrite = false
-      for op in state.ops.indices where !state.ops[op].done && !state.ops[op].endedByDrop {
+      for op in state.ops.indices where !state.ops[op].done && !state.ops[op].endedByDrop && !state.ops[op].readerClosed
+      {
         let operation = state.ops[op]
         let channel = state.channels[operation.channel]
         if blocked(op, state) { continue }
@@ -466,6 +633,17 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       // Each operation's end is reported at the teardown, in the order they were issued: when an
       // operation the model does not wait for ends is a matter of timing. A step reports a hang
       // (TIMEOUT) for what it waited for.
+      // The reads of one stream, in the order they were issued, got consecutive parts of it.
+      var chainBroken: Set<Int> = []
+      if final {
+        var expected: [Int: Int] = [:]
+        for op in state.ops.indices where state.ops[op].isRead {
+          guard let first = state.ops[op].firstByte else { continue }
+          let generation = state.ops[op].generation
+          if first != expected[generation, default: 0] { chainBroken.insert(op) }
+          expected[generation] = (first + state.ops[op].delivered) % 251
+        }
+      }
       for op in state.ops.indices where final {
         let operation = state.ops[op]
         state.ops[op].reported = true
@@ -474,6 +652,15 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         var facts: [String]
         if operation.endedByDrop {
           facts = ["ended by drop \(IntendedDifference.dropStopsReads.tag)"]
+        } else if operation.readerClosed {
+          // Each side's own end: EPIPE for the package; for libdispatch the teardown's stop
+          // (ECANCELED), or EPIPE should it have ended it.
+          let documented =
+            operation.done
+            && (operation.error == EPIPE || (driver.side == .dispatch && operation.error == ECANCELED))
+          facts = [
+            "pending when the pipe's reader closed, ended as documented \(documented) \(IntendedDifference.closedReaderEndsWrite.tag)"
+          ]
         } else if !operation.done {
           facts = ["never ended"]
         } else {
@@ -484,6 +671,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         }
         if operation.afterDone { facts.append("A CALL AFTER done") }
         if operation.outOfOrder { facts.append("BYTES OUT OF ORDER") }
+        if chainBroken.contains(op) { facts.append("NOT THE BYTES AFTER THE PREVIOUS READ'S") }
         if operation.wrongQueue { facts.append("A CALL OFF ITS QUEUE") }
         out.append("   \(name): " + facts.joined(separator: ", "))
       }
@@ -555,7 +743,17 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       let open = Posix.identity(state.descriptor) == state.identity
       let restored = Posix.statusFlags(state.descriptor) == state.originalFlags
       lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")
-      close(state.descriptor)
+      // libdispatch keys its record of a descriptor by number: one that has not ended (a channel
+      // whose operations or cleanup never came) would take in the next sequence given the number
+      // and stall it. Such a number stays open, never reused; every sequence starts clean.
+      let clean =
+        ended && abandoned.isEmpty && restored
+        && state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done }
+      if driver.side == .dispatch && !clean {
+        quarantine.withLock { $0.append(state.descriptor) }
+      } else {
+        close(state.descriptor)
+      }
       for peer in state.closedPeers { close(peer) }
     }
     return lines

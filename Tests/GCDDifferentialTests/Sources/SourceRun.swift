@@ -197,6 +197,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
         defer { state.slots[slot] = entry }
         let taken = (entry.suspensions + (entry.muted ? 1 : 0), entry.activated)
         if !entry.activated { entry.cancelledBeforeActivation = true }
+        Self.writeSourceEnds(entry, in: &state)
         entry.muted = false
         entry.cancelled = true
         entry.activated = true
@@ -481,6 +482,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
         entry.variantsRan.insert(variant)
       }
       if cancel && !entry.cancelled {
+        Self.writeSourceEnds(entry, in: &state)
         entry.cancelled = true
         return entry.source
       }
@@ -497,6 +499,17 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     entry.muted = true
   }
 
+  /// `IntendedDifference.writeCancelKeepsReads`: libdispatch's read sources on a number go
+  /// silent once a write source on the same number is cancelled. Called as a write source's
+  /// cancel or drop is decided, under the state's lock.
+  private static func writeSourceEnds(_ entry: Slot, in state: inout State) {
+    guard entry.kind == .write, entry.source != nil else { return }
+    let reader = state.slots.values.contains {
+      $0.kind == .read && $0.descriptor == entry.descriptor && $0.source != nil && $0.unusable == nil && !$0.cancelled
+    }
+    if reader { state.readUncertain = true }
+  }
+
   /// Lets the source in `slot` go (`IntendedDifference.safeDrop`): the package's drop cancels and
   /// balances; the oracle's run does that itself first.
   private func drop(_ slot: Int) {
@@ -504,6 +517,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       guard var entry = state.slots[slot], let source = entry.source else { return nil }
       let taken = (source, entry.suspensions + (entry.muted ? 1 : 0), entry.activated)
       if !entry.activated { entry.cancelledBeforeActivation = true }
+      if !entry.cancelled { Self.writeSourceEnds(entry, in: &state) }
       entry.muted = false
       entry.source = nil
       entry.cancelled = true
