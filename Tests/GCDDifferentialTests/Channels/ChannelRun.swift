@@ -1,5 +1,7 @@
 import Synchronization
 
+@testable import GCD
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)
@@ -293,6 +295,14 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         note = "skipped (a read a drop left waiting in the Dispatch run) \(IntendedDifference.dropStopsReads.tag)"
         break
       }
+      // A dropped channel's write goes on (on both sides) and no one can stop it: the number is
+      // still in use, and replacing the file under it is the caller's error, on either side.
+      if state.withLock({ state in
+        state.ops.contains { !$0.isRead && !$0.done && state.channels[$0.channel].dropped }
+      }) {
+        note = "skipped (a dropped channel's write is pending)"
+        break
+      }
       reuseNumber()
     case .observeFlags:
       break
@@ -307,7 +317,10 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
   private func awaitEndedRecord() {
     guard driver.side == .dispatch else { return }
     let ending = state.withLock { state in
+      // A stop behind a barrier that waits for an operation waits too
+      // (`IntendedDifference.stopWaitsForBarrier`): that record is not ending.
       !state.channels.isEmpty && state.channels.allSatisfy { $0.closed }
+        && !state.channels.indices.contains { barrierWaits($0, state) }
         && state.ops.allSatisfy { operation in
           // A read a drop's stop ends is ending; one a drop left waiting keeps the record alive.
           let channel = state.channels[operation.channel]
@@ -720,8 +733,13 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       }
     }
     if !ended {
+      // The package's side names what its record of the number still counts.
+      let users =
+        driver.side == .gcd
+        ? " (the package's record counts \(StreamDescriptor.users(of: state.withLock { $0.descriptor })) channels)" : ""
       timeouts.append(
-        "after the peer's close and close(stop: true), not every operation and cleanup ended within \(deadline)")
+        "after the peer's close and close(stop: true), not every operation and cleanup ended within \(deadline)\(users)"
+      )
     }
     for queue in queues { driver.sync(queue) }
     report("teardown: the peer closed, every channel closed with stop and released", final: true)
@@ -743,13 +761,20 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       let open = Posix.identity(state.descriptor) == state.identity
       let restored = Posix.statusFlags(state.descriptor) == state.originalFlags
       lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")
-      // libdispatch keys its record of a descriptor by number: one that has not ended (a channel
+      // The package's record of the number (`StreamDescriptor`) must end with its last channel:
+      // one left behind would take in the next channel over the reused number.
+      if driver.side == .gcd && ended && StreamDescriptor.isRecorded(state.descriptor) {
+        lines.append("end: THE PACKAGE'S RECORD OF THE NUMBER OUTLIVED ITS CHANNELS")
+      }
+      // libdispatch and the package key their record of a descriptor by number: one that has not ended (a channel
       // whose operations or cleanup never came) would take in the next sequence given the number
       // and stall it. Such a number stays open, never reused; every sequence starts clean.
       let clean =
         ended && abandoned.isEmpty && restored
         && state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done }
-      if driver.side == .dispatch && !clean {
+      // The package's side the same way: a run cut short (a deadline of 1 s while shrinking)
+      // leaves its channels to end later, and their record must not meet the next sequence.
+      if !clean {
         quarantine.withLock { $0.append(state.descriptor) }
       } else {
         close(state.descriptor)

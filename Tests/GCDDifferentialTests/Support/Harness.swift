@@ -23,6 +23,9 @@ enum DifferentialConfig {
   /// GCD_DIFF_COUNT if set, else `budget`.
   static func count(budget: Int) -> Int { parse(getenv("GCD_DIFF_COUNT")).map { Int($0) } ?? budget }
 
+  /// GCD_DIFF_SHOW=1: print each sequence's steps and both observations (for a replay).
+  static let show = getenv("GCD_DIFF_SHOW").map { String(cString: $0) == "1" } ?? false
+
   /// GCD_DIFF_ALL=1: go on after a difference (each kind reported once).
   static let surveyAll = getenv("GCD_DIFF_ALL").map { String(cString: $0) == "1" } ?? false
 
@@ -110,7 +113,9 @@ enum Differential {
       var rng = SplitMix64(seed: seed)
       let steps = F.generate(&rng, profile: profile)
       outcome.ran += 1
-      guard let difference = compare(family, steps, deadline: DifferentialConfig.stepDeadline) else { continue }
+      guard let difference = compare(family, steps, deadline: DifferentialConfig.stepDeadline, seed: seed) else {
+        continue
+      }
       // With GCD_DIFF_ALL=1 the run goes on and reports each kind of difference once (the first
       // differing lines with their numbers taken out), up to ten kinds: a survey of every defect a
       // seed range finds, not only the first.
@@ -144,7 +149,9 @@ enum Differential {
       var rng = SplitMix64(seed: seed)
       let steps = F.generate(&rng, profile: profile)
       outcome.ran += 1
-      guard let difference = compare(family, steps, deadline: DifferentialConfig.stepDeadline) else { continue }
+      guard let difference = compare(family, steps, deadline: DifferentialConfig.stepDeadline, seed: seed) else {
+        continue
+      }
       outcome.failure = shrinkAndReport(
         family, profile: profile, steps: steps, first: difference, seed: seed, index: index, count: count)
       break
@@ -153,12 +160,25 @@ enum Differential {
   }
 
   /// Both observations when they differ, nil when they are the same.
-  static func compare<F: SequenceFamily>(_ family: F.Type, _ steps: [F.Step], deadline: Duration) -> (
-    dispatch: [String], gcd: [String]
-  )? {
+  static func compare<F: SequenceFamily>(_ family: F.Type, _ steps: [F.Step], deadline: Duration, seed: UInt64? = nil)
+    -> (
+      dispatch: [String], gcd: [String]
+    )?
+  {
     // The oracle always gets the full deadline: only the package's hangs are expected while shrinking.
     let oracle = F.observe(steps, side: .dispatch, deadline: DifferentialConfig.stepDeadline)
     let package = F.observe(steps, side: .gcd, deadline: deadline)
+    if DifferentialConfig.show {
+      print(steps.enumerated().map { "step \($0.offset + 1). \($0.element)" }.joined(separator: "\n"))
+      print("Dispatch observed:\n" + oracle.map { "  | \($0)" }.joined(separator: "\n"))
+      print("GCD observed:\n" + package.map { "  | \($0)" }.joined(separator: "\n"))
+    }
+    if oracle == package, let hang = package.first(where: { $0.contains("TIMEOUT") }) {
+      // Equal, but both sides waited in vain: worth a line in the log (a hang the table maps, or
+      // one that both implementations share).
+      let named = seed.map { " (seed \(DifferentialConfig.hex($0)))" } ?? ""
+      print("differential: both sides timed out\(named): \(hang.trimmingCharacters(in: " "))")
+    }
     return oracle == package ? nil : (oracle, package)
   }
 
