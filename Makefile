@@ -38,14 +38,13 @@ build:
 ## examples' code (docs/listings.sh, docs/docc-listings.sh), the DocC tutorial's code files
 ## compiled (docs/tutorial-check.sh), the whole test
 ## suite (Swift Testing), examples included, once: a run that dies fails (no retry), then one
-## --quick run of the benchmark (debug build) so that it cannot rot. The differential suites are
-## not part of it yet: they still report differences that are the harness's or libdispatch's own
-## (docs/reliability.md, "Differential tests"); `make differential` runs them.
+## --quick run of the benchmark (debug build) so that it cannot rot. The differential suites
+## (docs/reliability.md, "Differential tests") run their fixed budget from seed 38 here.
 test: build $(BENCH_C_LIB)
 	docs/listings.sh --check
 	docs/docc-listings.sh --check
 	docs/tutorial-check.sh
-	$(SWIFT) test --skip-build --skip GCDDifferentialTests
+	$(SWIFT) test --skip-build
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" "$$($(SWIFT) build --show-bin-path)/GCDBenchmarks" --quick >/dev/null
 	@echo "GCDBenchmarks --quick: ok"
 
@@ -107,8 +106,8 @@ io-stall-probe:
 	-.build/bench/io_socket_stall 12
 	.build/bench/io_socket_stall 12 split
 
-## sanitize: the whole test suite under ThreadSanitizer, then under AddressSanitizer
-## (with LeakSanitizer), each in its own build folder; see docs/reliability.md
+## sanitize: the whole test suite but the differential suites (their 5 s deadlines) under ThreadSanitizer,
+## then under AddressSanitizer (with LeakSanitizer), each in its own build folder; see docs/reliability.md
 sanitize: sanitize-thread sanitize-address
 
 # Synchronization.Mutex's contended path is invisible to TSan; this preload
