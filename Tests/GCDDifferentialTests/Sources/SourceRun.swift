@@ -365,16 +365,21 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       return $0.slots[slot]!.incarnation
     }
     driver.setCancelHandler(source) { [weak self] in
-      guard let self else { return }
-      let queue = driver.currentQueue()
-      state.withLock { state in
-        guard state.slots[slot]?.incarnation == incarnation else {
-          state.lateCalls += 1
-          return
-        }
-        if queue != state.slots[slot]!.queue { state.slots[slot]!.violations.append("cancel handler off its queue") }
-        state.slots[slot]!.cancels.append(variant)
+      self?.recordCall(slot: slot, incarnation: incarnation, of: "cancel handler") { $0.cancels.append(variant) }
+    }
+  }
+
+  /// A cancel or registration handler's call, recorded on its slot by `update`: a call of an
+  /// earlier incarnation of the slot is counted late; one off the slot's queue is a violation.
+  private func recordCall(slot: Int, incarnation: Int, of handler: String, _ update: (inout Slot) -> Void) {
+    let queue = driver.currentQueue()
+    state.withLock { state in
+      guard state.slots[slot]?.incarnation == incarnation else {
+        state.lateCalls += 1
+        return
       }
+      if queue != state.slots[slot]!.queue { state.slots[slot]!.violations.append("\(handler) off its queue") }
+      update(&state.slots[slot]!)
     }
   }
 
@@ -386,20 +391,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       return $0.slots[slot]!.incarnation
     }
     driver.setRegistrationHandler(source) { [weak self] in
-      guard let self else { return }
-      let queue = driver.currentQueue()
-      state.withLock { state in
-        guard state.slots[slot]?.incarnation == incarnation else {
-          state.lateCalls += 1
-          return
-        }
-        if queue != state.slots[slot]!.queue {
-          state.slots[slot]!.violations.append("registration handler off its queue")
-        }
-        if !state.slots[slot]!.cancels.isEmpty {
-          state.slots[slot]!.violations.append("registration handler after the cancel handler")
-        }
-        state.slots[slot]!.registrations += 1
+      self?.recordCall(slot: slot, incarnation: incarnation, of: "registration handler") { entry in
+        if !entry.cancels.isEmpty { entry.violations.append("registration handler after the cancel handler") }
+        entry.registrations += 1
       }
     }
   }
