@@ -382,7 +382,10 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       var operation = Operation(
         isRead: isRead, channel: channel, length: length, queue: queue, issuedClosed: state.channels[channel].closed)
       operation.generation = state.generation
-      if !isRead && state.ops.contains(where: { $0.readerClosed && !$0.done }) { operation.readerClosed = true }
+      // Queued behind a write the reader's close caught: by the model, not by whether that write
+      // has ended yet (the package's has, with EPIPE; libdispatch's never does), so that both
+      // sides map the same operations (pipe 0xd5de52bce028f17a, one run in several).
+      if !isRead && state.ops.contains(where: { $0.readerClosed }) { operation.readerClosed = true }
       state.ops.append(operation)
       return state.ops.count - 1
     }
