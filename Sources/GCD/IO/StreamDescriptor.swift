@@ -52,10 +52,6 @@ final class StreamDescriptor: @unchecked Sendable {
     }
   }
 
-  /// Whether a record of `descriptor` exists: some channel over the number has not ended (for
-  /// tests: no record may outlive its channels).
-  static func isRecorded(_ descriptor: Int32) -> Bool { table.withLock { $0[descriptor] != nil } }
-
   /// The channels over `descriptor` that have not ended, by its record (0 with no record; for tests).
   static func users(of descriptor: Int32) -> Int { table.withLock { $0[descriptor]?.users ?? 0 } }
 

@@ -766,7 +766,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")
       // The package's record of the number (`StreamDescriptor`) must end with its last channel:
       // one left behind would take in the next channel over the reused number.
-      if driver.side == .gcd && ended && StreamDescriptor.isRecorded(state.descriptor) {
+      if driver.side == .gcd && ended && StreamDescriptor.users(of: state.descriptor) > 0 {
         lines.append("end: THE PACKAGE'S RECORD OF THE NUMBER OUTLIVED ITS CHANNELS")
       }
       // libdispatch and the package key their record of a descriptor by number: one that has not ended (a channel
