@@ -225,8 +225,12 @@ func runPromptCancel() {
       let queue = Queue(label: "prompt-cancel.\(kind.rawValue)")
       let (source, fire, cleanup) = kind.make(queue: queue)
       let cancelled = Event()
+      // Counts the event handler's starts once none can be in progress: the source fires as soon
+      // as it starts, so a handler may be running when `suspend()` returns (it finishes; that is
+      // the contract), and one reading `isCancelled` could see the cancel that came after its start.
+      let watching = Atomic<Bool>(false)
       let eventsAfterCancel = Counter()
-      source.setEventHandler { if source.isCancelled { eventsAfterCancel.increment() } }
+      source.setEventHandler { if watching.load(ordering: .sequentiallyConsistent) { eventsAfterCancel.increment() } }
       source.setCancelHandler {
         cleanup()
         cancelled.signal()
@@ -236,8 +240,11 @@ func runPromptCancel() {
         source.resume()
         for _ in 0..<suspensions { source.suspend() }
         childRequire(source.isSuspended, "\(what): isSuspended is false after suspend()")
+        queue.sync {}  // a handler that started before the suspension has finished; none starts now
+        watching.store(true, ordering: .sequentiallyConsistent)
         fire()
       }
+      watching.store(true, ordering: .sequentiallyConsistent)
       source.cancel()
       childRequire(cancelled.wait(), "\(what): the cancel handler did not run without a resume()")
       childRequire(!source.isSuspended, "\(what): isSuspended is true after cancel()")

@@ -1,5 +1,6 @@
 import GCD
 import Glibc
+import Testing
 
 /// Polls `condition` until it holds or `timeout` passes; true if it held.
 @available(*, noasync, message: "blocks the thread")

@@ -92,9 +92,10 @@ func blocking<T>(_ body: () throws -> T) rethrows -> T { try body() }
 
 /// In an exit test's child that the parent does not observe: unless `condition` holds, records
 /// `message` as an issue — the testing library carries it to the parent through its back channel,
-/// where it fails the test with this message and location — and ends the child with status 1.
-/// On a thread outside the test's task (a queue's), where no test is current to record it, the
-/// message goes to standard error and the status 1 alone fails the test.
+/// where it fails the test with this message and location — writes it to standard error too, and
+/// ends the child with status 1. The record does not depend on `Test.current`, which is nil in an
+/// exit test's body (a check on it sent every message to standard error only, which the parent of
+/// a failed exit test never shows: its result is nil).
 ///
 /// The long children report this way, with `#expect(processExitsWith: .success)` and no
 /// `observing:`. The testing library reads an observed child's standard error, and its back
@@ -106,11 +107,9 @@ func requireInChild(
   _ condition: Bool, _ message: @autoclosure () -> String, sourceLocation: SourceLocation = #_sourceLocation
 ) {
   guard !condition else { return }
-  if Test.current != nil {
-    Issue.record(Comment(rawValue: "exit-test child: \(message())"), sourceLocation: sourceLocation)
-  } else {
-    let text = Array("exit-test child: \(message())\n".utf8)
-    _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
-  }
+  let text = "exit-test child: \(message())"
+  Issue.record(Comment(rawValue: text), sourceLocation: sourceLocation)
+  let line = Array("\(text)\n".utf8)
+  _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
   exit(1)
 }

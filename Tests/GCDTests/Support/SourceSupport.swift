@@ -80,14 +80,12 @@ func letTimePass(_ duration: Duration) {
   Event().wait(timeout: duration)
 }
 
-/// In an exit test's child: ends the child with status 3 and `message` on standard error unless
-/// `condition` holds.
-func childRequire(_ condition: Bool, _ message: @autoclosure () -> String) {
-  if !condition {
-    let text = "exit-test child: \(message())\n"
-    _ = text.withCString { write(2, $0, strlen($0)) }
-    exit(3)
-  }
+/// In an exit test's child: `requireInChild` — unless `condition` holds, the message reaches the
+/// parent as an issue (or on standard error from a queue's thread) and the child ends with status 1.
+func childRequire(
+  _ condition: Bool, _ message: @autoclosure () -> String, sourceLocation: SourceLocation = #_sourceLocation
+) {
+  requireInChild(condition, message(), sourceLocation: sourceLocation)
 }
 
 /// The first index where `a` and `b` differ (or the shorter length), nil when they are equal: for
