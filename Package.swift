@@ -32,6 +32,7 @@ let examples: [String] = [
   "ExampleSemaphore",
   "ExampleSignal",
   "ExampleSignalService",
+  "ExampleStallReport",
   "ExampleSupervisor",
   "ExampleSuspendResume",
   "ExampleTargetQueue",

@@ -9,6 +9,20 @@
 
 _Thread_local cgcd_frame_t *cgcd_current_frame = NULL;
 
+// Runs `call` (a statement) as the package's work on `queue`: recorded for the stall monitor
+// while one watches (Stall.c), with `site` the address of the code it runs; plain otherwise, at
+// the cost of one relaxed load and a branch.
+#define CGCD_RUN_WATCHED(queue, site, call)                              \
+  do {                                                                   \
+    if (__builtin_expect(cgcd_stall_is_watching(), 0)) {                 \
+      uint32_t cgcd_depth = cgcd_stall_begin((queue), (uintptr_t)(site), 0); \
+      call;                                                              \
+      cgcd_stall_end(cgcd_depth);                                        \
+    } else {                                                             \
+      call;                                                              \
+    }                                                                    \
+  } while (0)
+
 const char cgcd_target_key_storage = 0;
 const char cgcd_targets_key_storage = 0;
 const char cgcd_main_queue_key_storage = 0;
@@ -28,6 +42,12 @@ int cgcd_is_main_thread(void) {
 int cgcd_pidfd_open(int pid, unsigned int flags) { return (int)syscall(SYS_pidfd_open, pid, flags); }
 
 int cgcd_o_path(void) { return O_PATH; }
+
+// The first word of a Swift closure as Swift passes it: its code (`stallSite`, Stall.swift).
+__attribute__((swiftcall)) uintptr_t cgcd_stall_site(cgcd_swift_closure_fn function, void *context) {
+  (void)context;
+  return (uintptr_t)function;
+}
 
 // MARK: - sync and apply of Swift closures
 
@@ -72,7 +92,7 @@ static void cgcd_sync_trampoline(void *argument) {
   struct cgcd_call *call = argument;
   cgcd_frame_t *saved = cgcd_current_frame;
   cgcd_current_frame = &call->frame;
-  call->function.closure(call->context);
+  CGCD_RUN_WATCHED(call->frame.queue, call->function.closure, call->function.closure(call->context));
   cgcd_current_frame = saved;
 }
 
@@ -111,6 +131,11 @@ static void cgcd_closure_trampoline(void *argument) {
 
 __attribute__((swiftcall)) void cgcd_sync_here(void *queue, uintptr_t flags, uintptr_t barrier,
                                                cgcd_swift_closure_fn function, void *context) {
+  // Watched, the work goes the general way, where its trampoline records it (not the wait).
+  if (__builtin_expect(cgcd_stall_is_watching(), 0)) {
+    cgcd_sync(queue, flags, barrier, function, context);
+    return;
+  }
   struct cgcd_closure closure = {.function = function, .context = context};
   cgcd_frame_t frame = {.queue = queue, .flags = flags, .prev = NULL};
   cgcd_current_frame = &frame;
@@ -122,7 +147,7 @@ static void cgcd_apply_trampoline(void *argument, size_t index) {
   struct cgcd_call *call = argument;
   cgcd_frame_t *saved = cgcd_current_frame;
   cgcd_current_frame = &call->frame;
-  call->function.indexed((intptr_t)index, call->context);
+  CGCD_RUN_WATCHED(call->frame.queue, call->function.indexed, call->function.indexed((intptr_t)index, call->context));
   cgcd_current_frame = saved;
 }
 
@@ -139,7 +164,7 @@ static void cgcd_sync_function_trampoline(void *argument) {
   struct cgcd_call *call = argument;
   cgcd_frame_t *saved = cgcd_current_frame;
   cgcd_current_frame = &call->frame;
-  call->function.plain(call->context);
+  CGCD_RUN_WATCHED(call->frame.queue, call->function.plain, call->function.plain(call->context));
   cgcd_current_frame = saved;
 }
 
@@ -182,7 +207,7 @@ static void cgcd_async_function_trampoline(void *argument) {
   free(argument);
   cgcd_frame_t frame = {.queue = call.queue, .flags = call.flags, .prev = cgcd_current_frame};
   cgcd_current_frame = &frame;
-  call.function(call.context);
+  CGCD_RUN_WATCHED(call.queue, call.function, call.function(call.context));
   cgcd_current_frame = frame.prev;
 }
 
@@ -212,7 +237,7 @@ static void cgcd_apply_function_trampoline(void *argument, size_t index) {
   struct cgcd_call *call = argument;
   cgcd_frame_t *saved = cgcd_current_frame;
   cgcd_current_frame = &call->frame;
-  call->function.plain_indexed(call->context, index);
+  CGCD_RUN_WATCHED(call->frame.queue, call->function.plain_indexed, call->function.plain_indexed(call->context, index));
   cgcd_current_frame = saved;
 }
 

@@ -102,6 +102,9 @@ typedef void (*cgcd_swift_index_fn)(intptr_t index, void *_Nullable __attribute_
 __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_t barrier,
                                           cgcd_swift_closure_fn function, void *_Nullable context);
 
+/// The code address of a Swift closure given as its two words (the stall monitor's site).
+__attribute__((swiftcall)) uintptr_t cgcd_stall_site(cgcd_swift_closure_fn function, void *_Nullable context);
+
 /// `cgcd_sync` for a thread with no frame, onto a queue whose work
 /// dispatch_sync runs on the calling thread (not the main queue or a queue
 /// that may target it): the frame (with no predecessor) is set around the
@@ -144,6 +147,11 @@ extern void cgcd_dispatch_barrier_sync_f(void *queue, void *_Nullable context, v
 /// as it is. Inline, so the Swift caller makes the C call itself.
 static inline void cgcd_sync_function_here(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
                                            void (*function)(void *_Nullable)) {
+  extern int cgcd_stall_watching __attribute__((visibility("hidden")));
+  if (__builtin_expect(__atomic_load_n(&cgcd_stall_watching, __ATOMIC_RELAXED), 0)) {
+    cgcd_sync_function(queue, flags, barrier, context, function);  // watched in its trampoline
+    return;
+  }
   cgcd_frame_t frame = {.queue = queue, .flags = flags, .prev = NULL};
   cgcd_current_frame = &frame;
   if (barrier) {
@@ -353,6 +361,82 @@ int cgcd_queued_bytes(int descriptor, int output, int *bytes);
 /// `pthread_t` (an unsigned long): names the descriptor fence's reader thread in debuggers and
 /// backtraces.
 extern int cgcd_pthread_setname_np(unsigned long thread, const char *name) __asm__("pthread_setname_np");
+
+
+// MARK: - Stall watching (Stall.c)
+
+/// Nonzero while a `StallMonitor` watches: the package's submissions and runs take their watched
+/// path. Hidden: the package's Swift code reads it with one RIP-relative load.
+extern int cgcd_stall_watching __attribute__((visibility("hidden")));
+
+/// Whether a monitor watches (a relaxed load: the one cost of the feature when it is off).
+static inline int cgcd_stall_is_watching(void) { return __atomic_load_n(&cgcd_stall_watching, __ATOMIC_RELAXED); }
+
+void cgcd_stall_set_watching(int on);
+
+/// CLOCK_MONOTONIC, in nanoseconds.
+uint64_t cgcd_stall_now(void);
+
+#define CGCD_STALL_DEPTH 8
+#define CGCD_STALL_BUCKETS 24
+#define CGCD_STALL_PROBES 8
+
+/// Watched work starts on this thread: records its queue (label copied), site and start, and
+/// counts the start (and the wait since `submitted`, 0 when unknown) on the queue's row. Returns
+/// the depth to give `cgcd_stall_end`.
+uint32_t cgcd_stall_begin(void *queue, uintptr_t site, uint64_t submitted);
+
+/// The work `cgcd_stall_begin` returned `depth` for has ended.
+void cgcd_stall_end(uint32_t depth);
+
+/// Counts a submission on the queue's row.
+void cgcd_stall_submitted(void *queue);
+
+/// Clears the queue's row (its queue is being freed; the address may be reused).
+void cgcd_stall_forget(void *queue);
+
+/// A piece of work running on some thread, as the monitor reads it.
+typedef struct {
+  const void *record;
+  uint32_t depth;
+  int tid;
+  uint64_t start;
+  uintptr_t site;
+  char label[48];
+} cgcd_stall_running_t;
+
+/// The innermost watched work of every thread that has run at least `at_least` nanoseconds at `now`.
+size_t cgcd_stall_running(cgcd_stall_running_t *out, size_t capacity, uint64_t now, uint64_t at_least);
+
+/// Whether the work read as (`record`, `depth`, `start`) still runs; if not, `*ended_at` is when
+/// it ended (0 if another piece of work has ended at that depth since).
+int cgcd_stall_still_running(const void *record, uint32_t depth, uint64_t start, uint64_t *ended_at);
+
+/// One queue's counts, read by `StallMonitor.statistics()`.
+typedef struct {
+  uintptr_t queue;
+  char label[48];
+  uint64_t submitted, started, completed;
+  uint64_t wait_max, run_max;
+  uint32_t wait[CGCD_STALL_BUCKETS], run[CGCD_STALL_BUCKETS];
+} cgcd_stall_queue_row_t;
+
+/// Copies up to `capacity` queue rows into `out`; returns how many.
+size_t cgcd_stall_queue_rows(cgcd_stall_queue_row_t *out, size_t capacity);
+
+/// Submits a probe to `queue` (a global queue) that records when it starts in `slot`.
+void cgcd_stall_probe(void *queue, uintptr_t slot);
+
+/// When the probe of `slot` started (0: not yet).
+uint64_t cgcd_stall_probe_start(uintptr_t slot);
+
+/// `dladdr(address)`: the symbol (may be NULL), the binary's path and its load address; 0 if none.
+int cgcd_stall_symbol(uintptr_t address, const char *_Nullable *_Nonnull symbol,
+                      const char *_Nullable *_Nonnull file, uintptr_t *base);
+
+/// The function symbol of the ELF file at `path` whose code holds `offset` (from its load
+/// address), from its `.symtab`, into `out`; 0 when none.
+int cgcd_stall_file_symbol(const char *path, uint64_t offset, char *out, size_t capacity);
 
 #pragma clang assume_nonnull end
 

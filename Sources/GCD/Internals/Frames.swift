@@ -26,8 +26,21 @@ var hasNoFrame: Bool { cgcd_frame_get() == nil }
 /// Not generic and not `rethrows`: a closure passed as `() throws -> R`
 /// would be wrapped in a reabstraction thunk, and the stored closure copied
 /// (retained and released) on every call.
+///
+/// While a `StallMonitor` watches, the work is recorded for it (`withWatchedFrame`): the one cost
+/// of the feature when it is off is the check of one word here.
 @inlinable
 func withFrame(queue: OpaquePointer, flags: UInt, _ body: () -> Void) {
+  if _slowPath(stallWatching) {
+    withWatchedFrame(queue: queue, flags: flags, site: stallSite(body), submitted: 0, body)
+    return
+  }
+  withUnwatchedFrame(queue: queue, flags: flags, body)
+}
+
+/// `withFrame` without the stall check: for work whose submission made the check (`Work`).
+@inlinable
+func withUnwatchedFrame(queue: OpaquePointer, flags: UInt, _ body: () -> Void) {
   let saved = cgcd_frame_get()
   var frame = cgcd_frame_t(queue: UnsafeMutableRawPointer(queue), flags: flags, prev: saved)
   withUnsafeMutablePointer(to: &frame) { frame in

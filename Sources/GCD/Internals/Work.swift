@@ -43,7 +43,35 @@ struct Work {
     system_free(memory)
     // A closure that calls the stored one: passing `work.body` itself would
     // copy it (a retain and a release per work item).
-    withFrame(queue: work.queue, flags: work.flags) { work.body() }
+    withUnwatchedFrame(queue: work.queue, flags: work.flags) { work.body() }
+    work.group?.leave()
+  }
+
+  /// `context` while a `StallMonitor` watches: the record carries the submission's time after
+  /// the work (for the queue's wait time), and the submission is counted.
+  @usableFromInline
+  @inline(never)
+  static func watchedContext(
+    _ body: @escaping @Sendable () -> Void, queue: OpaquePointer, flags: UInt, group: Group? = nil
+  ) -> UnsafeMutableRawPointer {
+    stallSubmitted(queue)
+    let memory = system_malloc(MemoryLayout<Work>.stride + MemoryLayout<UInt64>.size)
+    memory.assumingMemoryBound(to: Work.self).initialize(
+      to: Work(body, queue: queue, flags: flags, group: group))
+    (memory + MemoryLayout<Work>.stride).storeBytes(of: stallNow, as: UInt64.self)
+    return memory
+  }
+
+  /// `run` for a record made by `watchedContext`: the work is recorded for the monitor.
+  @usableFromInline
+  static func runWatched(_ context: UnsafeMutableRawPointer?) {
+    let memory = context.unsafelyUnwrapped
+    let work = memory.assumingMemoryBound(to: Work.self).move()
+    let submitted = (memory + MemoryLayout<Work>.stride).load(as: UInt64.self)
+    system_free(memory)
+    withWatchedFrame(queue: work.queue, flags: work.flags, site: stallSite(work.body), submitted: submitted) {
+      work.body()
+    }
     work.group?.leave()
   }
 }

@@ -105,6 +105,7 @@ public class Queue: GCDObject, @unchecked Sendable {
 
   deinit {
     if flags & Queue.globalFlag != 0 { return }
+    if _slowPath(stallWatching) { stallForget(raw) }
     // The last reference: nothing else can change the state now.
     var state = state.load(ordering: .acquiring)
     let retargeted = state.isRetargeted
@@ -149,7 +150,21 @@ extension Queue {
   /// `dispatch_async_f` with the closure as context).
   @inlinable
   public func async(_ work: @escaping @Sendable () -> Void) {
+    if _slowPath(stallWatching) { return asyncWatched(work, barrier: false) }
     Libdispatch.async_f(raw, Work.context(work, queue: raw, flags: flags)) { Work.run($0) }
+  }
+
+  /// `async` and `asyncBarrier` while a `StallMonitor` watches.
+  @usableFromInline
+  @inline(never)
+  func asyncWatched(_ work: @escaping @Sendable () -> Void, barrier: Bool) {
+    if barrier {
+      Libdispatch.barrier_async_f(raw, Work.watchedContext(work, queue: raw, flags: frameExclusive)) {
+        Work.runWatched($0)
+      }
+    } else {
+      Libdispatch.async_f(raw, Work.watchedContext(work, queue: raw, flags: flags)) { Work.runWatched($0) }
+    }
   }
 
   /// Submits a barrier closure: on a concurrent queue it waits for the
@@ -158,6 +173,7 @@ extension Queue {
   /// The corresponding C function is `dispatch_barrier_async`.
   @inlinable
   public func asyncBarrier(_ work: @escaping @Sendable () -> Void) {
+    if _slowPath(stallWatching) { return asyncWatched(work, barrier: true) }
     Libdispatch.barrier_async_f(raw, Work.context(work, queue: raw, flags: frameExclusive)) {
       Work.run($0)
     }

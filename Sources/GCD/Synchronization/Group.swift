@@ -47,6 +47,10 @@ public final class Group: GCDObject, @unchecked Sendable {
   @inlinable
   public func async(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
     enter()
+    if _slowPath(stallWatching) {
+      let context = Work.watchedContext(work, queue: queue.raw, flags: queue.flags, group: self)
+      return Libdispatch.async_f(queue.raw, context) { Work.runWatched($0) }
+    }
     Libdispatch.async_f(queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags, group: self)) {
       Work.run($0)
     }
@@ -150,6 +154,10 @@ public final class Group: GCDObject, @unchecked Sendable {
   /// The corresponding C function is `dispatch_group_notify`.
   @inlinable
   public func notify(on queue: Queue, _ work: @escaping @Sendable () -> Void) {
+    if _slowPath(stallWatching) {
+      let context = Work.watchedContext(work, queue: queue.raw, flags: queue.flags)
+      return Libdispatch.group_notify_f(raw, queue.raw, context) { Work.runWatched($0) }
+    }
     Libdispatch.group_notify_f(raw, queue.raw, Work.context(work, queue: queue.raw, flags: queue.flags)) {
       Work.run($0)
     }

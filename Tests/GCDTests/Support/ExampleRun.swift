@@ -20,8 +20,11 @@ struct ExampleRun {
   let name: String
   let output: String
 
-  /// Runs `Example<name>` with `arguments`.
-  init(_ name: String, arguments: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) async throws {
+  /// Runs `Example<name>` with `arguments`, and `environment` added to this process's.
+  init(
+    _ name: String, arguments: [String] = [], environment: [String: String] = [:],
+    sourceLocation: SourceLocation = #_sourceLocation
+  ) async throws {
     self.name = name
     let executable = try #require(
       examplePath("Example\(name)"),
@@ -29,7 +32,8 @@ struct ExampleRun {
       Example\(name) was not found next to the test bundle (\(testExecutablePath())) or in any folder \
       above it. Run `swift build` first, so that the example executables are built.
       """, sourceLocation: sourceLocation)
-    let result = try await spawnAndWait(executable, arguments: arguments, timeout: ExampleRun.timeout)
+    let result = try await spawnAndWait(
+      executable, arguments: arguments, environment: environment, timeout: ExampleRun.timeout)
     output = result.output
     #expect(
       !result.timedOut, "Example\(name) did not exit within \(ExampleRun.timeout) and was killed:\n\(output)",
@@ -124,7 +128,9 @@ private struct SpawnResult {
 /// Runs `path` with its standard output and error going to one temporary file, waits for it for at
 /// most `timeout` (then kills it), and returns what it wrote and how it ended (a negative status is a
 /// signal number).
-private func spawnAndWait(_ path: String, arguments: [String], timeout: Duration) async throws -> SpawnResult {
+private func spawnAndWait(
+  _ path: String, arguments: [String], environment: [String: String], timeout: Duration
+) async throws -> SpawnResult {
   var template = Array("/tmp/gcd-example-output-XXXXXX".utf8CString)
   let outputFD = mkstemp(&template)
   try #require(outputFD >= 0, "mkstemp failed: errno \(errno)")
@@ -143,8 +149,17 @@ private func spawnAndWait(_ path: String, arguments: [String], timeout: Duration
 
   let argv = ([path] + arguments).map { strdup($0) } + [nil]
   defer { argv.forEach { free($0) } }
+  var inherited: [String] = []
+  var entry = environ
+  while let variable = entry.pointee {
+    let text = String(cString: variable)
+    if !environment.keys.contains(where: { text.hasPrefix("\($0)=") }) { inherited.append(text) }
+    entry += 1
+  }
+  let envp = (inherited + environment.map { "\($0.key)=\($0.value)" }).map { strdup($0) } + [nil]
+  defer { envp.forEach { free($0) } }
   var pid: pid_t = 0
-  let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
+  let spawned = posix_spawn(&pid, path, &actions, nil, argv, envp)
   try #require(spawned == 0, "posix_spawn(\(path)) failed: errno \(spawned)")
 
   let deadline = ContinuousClock.now + timeout

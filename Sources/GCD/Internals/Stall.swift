@@ -1,0 +1,236 @@
+import CGCD
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+// Stall watching's C boundary (the records live in CGCD's Stall.c). Off, every submission or run
+// of the package's work pays one relaxed load of `cgcd_stall_watching` and a branch; on, the
+// watched path records the work on its thread (`cgcd_stall_begin` / `cgcd_stall_end`).
+
+/// Whether a `StallMonitor` watches.
+@inlinable
+var stallWatching: Bool { cgcd_stall_is_watching() != 0 }
+
+/// `withFrame`'s watched path: the work is recorded on this thread for the monitor, with `site`
+/// (the address of the code the user gave, 0 when none) and when it was submitted (0: unknown).
+@usableFromInline
+@inline(never)
+func withWatchedFrame(queue: OpaquePointer, flags: UInt, site: UInt, submitted: UInt64, _ body: () -> Void) {
+  let depth = cgcd_stall_begin(UnsafeMutableRawPointer(queue), site, submitted)
+  withUnwatchedFrame(queue: queue, flags: flags, body)
+  cgcd_stall_end(depth)
+}
+
+/// The address of a closure's code: the site a report names. The closure goes to C as Swift
+/// passes any closure argument, two words (NonEscapingClosure.swift), and C returns the first: a
+/// cast through a generic function would give the address of a reabstraction thunk instead.
+@usableFromInline
+@_silgen_name("cgcd_stall_site")
+func stallSite(_ body: () -> Void) -> UInt
+
+/// CLOCK_MONOTONIC in nanoseconds.
+@usableFromInline
+var stallNow: UInt64 { cgcd_stall_now() }
+
+/// Counts a submission to `queue` for its statistics.
+@usableFromInline
+func stallSubmitted(_ queue: OpaquePointer) { cgcd_stall_submitted(UnsafeMutableRawPointer(queue)) }
+
+/// Turns the watched paths on or off.
+func stallSetWatching(_ on: Bool) { cgcd_stall_set_watching(on ? 1 : 0) }
+
+/// A queue's statistics row is cleared before its queue is freed (its address may be reused).
+func stallForget(_ queue: OpaquePointer) { cgcd_stall_forget(UnsafeMutableRawPointer(queue)) }
+
+/// A piece of work that runs, as the monitor reads it from its thread's record.
+struct StallRunning: Hashable {
+  let record: UInt
+  let depth: UInt32
+  let threadID: Int32
+  let start: UInt64
+  let site: UInt
+  let label: String
+}
+
+/// The innermost watched work of every thread that has run for at least `atLeast` nanoseconds.
+func stallRunning(now: UInt64, atLeast: UInt64) -> [StallRunning] {
+  let capacity = 256
+  let items = UnsafeMutablePointer<cgcd_stall_running_t>.allocate(capacity: capacity)
+  defer { items.deallocate() }
+  let count = cgcd_stall_running(items, capacity, now, atLeast)
+  return (0..<count).map { index in
+    let item = items[index]
+    return StallRunning(
+      record: UInt(bitPattern: item.record), depth: item.depth, threadID: item.tid, start: item.start,
+      site: item.site, label: stallLabel(item.label))
+  }
+}
+
+/// Whether `work` still runs; if not, when it ended (nil when unknown).
+func stallStillRunning(_ work: StallRunning) -> (running: Bool, endedAt: UInt64?) {
+  var ended: UInt64 = 0
+  let running =
+    cgcd_stall_still_running(UnsafeRawPointer(bitPattern: work.record)!, work.depth, work.start, &ended) != 0
+  return (running, ended == 0 ? nil : ended)
+}
+
+/// The 48 characters of a label in a C record.
+private typealias CLabel = (
+  CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar,
+  CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar,
+  CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar, CChar
+)
+
+/// The label words of a record as a String.
+private func stallLabel(_ tuple: CLabel) -> String {
+  withUnsafeBytes(of: tuple) { bytes in
+    let characters = bytes.prefix { $0 != 0 }
+    return String(decoding: characters, as: UTF8.self)
+  }
+}
+
+/// One queue's counts and histograms (buckets: under 1 µs, then [2^(k-1), 2^k) µs).
+struct StallQueueRow {
+  let queue: UInt
+  let label: String
+  let submitted: UInt64
+  let started: UInt64
+  let completed: UInt64
+  let waitMax: UInt64
+  let runMax: UInt64
+  let wait: [UInt32]
+  let run: [UInt32]
+}
+
+/// The statistics rows of every queue watched work ran on.
+func stallQueueRows() -> [StallQueueRow] {
+  let capacity = 512
+  let rows = UnsafeMutablePointer<cgcd_stall_queue_row_t>.allocate(capacity: capacity)
+  defer { rows.deallocate() }
+  let count = cgcd_stall_queue_rows(rows, capacity)
+  return (0..<count).map { index in
+    var row = rows[index]
+    let wait = withUnsafeBytes(of: &row.wait) { Array($0.bindMemory(to: UInt32.self)) }
+    let run = withUnsafeBytes(of: &row.run) { Array($0.bindMemory(to: UInt32.self)) }
+    return StallQueueRow(
+      queue: row.queue, label: stallLabel(row.label), submitted: row.submitted, started: row.started,
+      completed: row.completed, waitMax: row.wait_max, runMax: row.run_max, wait: wait, run: run)
+  }
+}
+
+/// Histogram buckets per row.
+let stallBuckets = Int(CGCD_STALL_BUCKETS)
+
+/// Submits the pool probe of `slot` to the global queue `queue`.
+func stallProbe(_ queue: OpaquePointer, slot: Int) { cgcd_stall_probe(UnsafeMutableRawPointer(queue), UInt(slot)) }
+
+/// When the probe of `slot` started (nil: not yet).
+func stallProbeStart(slot: Int) -> UInt64? {
+  let start = cgcd_stall_probe_start(UInt(slot))
+  return start == 0 ? nil : start
+}
+
+/// The symbol of the code at `address` (demangled), or the binary and offset; nil for 0.
+func stallSymbol(_ address: UInt) -> String? {
+  guard address != 0 else { return nil }
+  var symbol: UnsafePointer<CChar>?
+  var file: UnsafePointer<CChar>?
+  var base: UInt = 0
+  guard cgcd_stall_symbol(address, &symbol, &file, &base) != 0 else { return nil }
+  if let symbol {
+    let mangled = String(cString: symbol)
+    return stallDemangle(mangled) ?? mangled
+  }
+  if let file {
+    let path = String(cString: file)
+    var name = [CChar](repeating: 0, count: 1024)
+    if cgcd_stall_file_symbol(file, UInt64(address &- base), &name, name.count) != 0 {
+      let mangled = name.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+      return stallDemangle(mangled) ?? mangled
+    }
+    let binary = path.split(separator: "/").last.map(String.init) ?? path
+    return "\(binary)+0x\(String(address &- base, radix: 16))"
+  }
+  return nil
+}
+
+@_silgen_name("swift_demangle")
+private func swift_demangle(
+  _ mangledName: UnsafePointer<CChar>?, _ mangledNameLength: Int, _ outputBuffer: UnsafeMutablePointer<CChar>?,
+  _ outputBufferSize: UnsafeMutablePointer<Int>?, _ flags: UInt32
+) -> UnsafeMutablePointer<CChar>?
+
+private func stallDemangle(_ mangled: String) -> String? {
+  mangled.withCString { name in
+    guard let result = swift_demangle(name, strlen(name), nil, nil, 0) else { return nil }
+    defer { free(result) }
+    return String(cString: result)
+  }
+}
+
+/// What the kernel says thread `threadID` of this process is doing: its state letter and name
+/// (`/proc/self/task/TID/stat`), `wchan`, and the system call it is in (`syscall`).
+func stallKernelState(threadID: Int32) -> String {
+  let base = "/proc/self/task/\(threadID)/"
+  var parts: [String] = []
+  if let stat = stallReadSmallFile(base + "stat"), let close = stat.lastIndex(of: ")") {
+    let rest = stat[stat.index(after: close)...].split(separator: " ")
+    if let state = rest.first { parts.append("state \(state)") }
+  }
+  if let wchan = stallReadSmallFile(base + "wchan"), !wchan.isEmpty, wchan != "0" {
+    parts.append("wchan \(wchan)")
+  }
+  if let syscall = stallReadSmallFile(base + "syscall") {
+    let fields = syscall.split(separator: " ")
+    if let number = fields.first {
+      parts.append(number == "running" ? "running" : "syscall \(number)\(stallSyscallName(number))")
+    }
+  }
+  return parts.isEmpty ? "kernel state unavailable" : parts.joined(separator: ", ")
+}
+
+/// The names of the system calls blocked work is most often found in (x86-64 and arm64 numbers).
+private func stallSyscallName(_ number: Substring) -> String {
+  #if arch(x86_64)
+    let names: [Substring: String] = [
+      "0": "read", "1": "write", "7": "poll", "23": "select", "35": "nanosleep", "202": "futex",
+      "232": "epoll_wait", "61": "wait4", "43": "accept", "288": "accept4", "45": "recvfrom",
+      "230": "clock_nanosleep", "270": "pselect6", "271": "ppoll", "281": "epoll_pwait",
+    ]
+  #else
+    let names: [Substring: String] = [
+      "63": "read", "64": "write", "101": "nanosleep", "98": "futex", "22": "epoll_pwait",
+      "260": "wait4", "202": "accept", "242": "accept4", "207": "recvfrom", "115": "clock_nanosleep",
+      "72": "pselect6", "73": "ppoll",
+    ]
+  #endif
+  return names[number].map { " (\($0))" } ?? ""
+}
+
+private func stallReadSmallFile(_ path: String) -> String? {
+  let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+  guard descriptor >= 0 else { return nil }
+  defer { close(descriptor) }
+  var buffer = [UInt8](repeating: 0, count: 512)
+  let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+  guard count > 0 else { return nil }
+  return String(decoding: buffer[0..<count], as: UTF8.self).trimmingSuffix()
+}
+
+extension String {
+  fileprivate func trimmingSuffix() -> String {
+    var text = Substring(self)
+    while let last = text.last, last == "\n" || last == " " || last == "\0" { text.removeLast() }
+    return String(text)
+  }
+}
+
+/// Sleeps the calling thread (the monitor's own, never a queue's) for `nanoseconds`.
+func stallSleep(nanoseconds: UInt64) {
+  var request = timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+  var remaining = timespec()
+  while nanosleep(&request, &remaining) == -1 && errno == EINTR { request = remaining }
+}
