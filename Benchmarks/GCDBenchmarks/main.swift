@@ -143,7 +143,7 @@ if options.scale {
 let benchmarks =
   queueBenchmarks(library) + synchronizationBenchmarks(library) + applyBenchmarks(library, quick: options.quick)
   + sourceBenchmarks(library, fixtures: fixtures) + workItemBenchmarks(library) + ioBenchmarks(library)
-  + concurrencyBenchmarks(heapInUse: library?.heapInUse)
+  + concurrencyBenchmarks(heapInUse: library?.heapInUse) + stallBenchmarks(library)
 
 if options.list {
   for benchmark in benchmarks { print("\(benchmark.name)  \(benchmark.title)") }

@@ -37,6 +37,7 @@ struct cgcd_stall_entry {
   _Atomic(uint64_t) submitted;
   _Atomic(uintptr_t) site;
   _Atomic(uintptr_t) queue;
+  _Atomic(uintptr_t) row;  // the queue's statistics row at the start (NULL: none)
   _Atomic(uint64_t) label[CGCD_STALL_LABEL_WORDS];
   // The last piece of work that ended at this depth: its start and its end.
   _Atomic(uint64_t) ended_start;
@@ -111,12 +112,15 @@ static inline void cgcd_stall_write_end(struct cgcd_stall_thread *thread) {
 #define CGCD_STALL_QUEUES 512
 
 struct cgcd_stall_queue {
-  _Atomic(uintptr_t) queue;  // 0: free; 1: being filled
+  _Atomic(uintptr_t) queue;  // 0: free; 1: being filled or reset
   _Atomic(uint64_t) submitted, started, completed;
-  _Atomic(uint64_t) wait_max, run_max;
+  _Atomic(uint32_t) wait_max, run_max;  // microseconds
+  _Atomic(uint32_t) last_used;          // CLOCK_MONOTONIC milliseconds, wrapping: for the eviction
   _Atomic(uint32_t) wait[CGCD_STALL_BUCKETS], run[CGCD_STALL_BUCKETS];
   _Atomic(uint64_t) label[CGCD_STALL_LABEL_WORDS];
 };
+
+_Static_assert(sizeof(struct cgcd_stall_queue) <= 256, "a watched queue's row takes at most 256 bytes");
 
 static struct cgcd_stall_queue cgcd_stall_queues[CGCD_STALL_QUEUES];
 
@@ -140,46 +144,77 @@ static inline void cgcd_stall_read_label(_Atomic(uint64_t) *words, char *out) {
   out[sizeof buffer - 1] = 0;
 }
 
-// The queue's row, made on first use (open addressing, no lock); NULL when the table is full.
-// Called on a thread that runs or submits work of `queue`, so the queue is alive for the label.
-static struct cgcd_stall_queue *cgcd_stall_queue_row(void *queue) {
+static inline uint32_t cgcd_stall_milliseconds(uint64_t nanoseconds) { return (uint32_t)(nanoseconds / 1000000); }
+
+// Zeroes a row this thread holds (its key is 1).
+static void cgcd_stall_reset_row(struct cgcd_stall_queue *row) {
+  atomic_store_explicit(&row->submitted, 0, memory_order_relaxed);
+  atomic_store_explicit(&row->started, 0, memory_order_relaxed);
+  atomic_store_explicit(&row->completed, 0, memory_order_relaxed);
+  atomic_store_explicit(&row->wait_max, 0, memory_order_relaxed);
+  atomic_store_explicit(&row->run_max, 0, memory_order_relaxed);
+  for (int bucket = 0; bucket < CGCD_STALL_BUCKETS; bucket++) {
+    atomic_store_explicit(&row->wait[bucket], 0, memory_order_relaxed);
+    atomic_store_explicit(&row->run[bucket], 0, memory_order_relaxed);
+  }
+}
+
+// The queue's row, made on first use (open addressing over the whole table, no lock). When every
+// row is taken, the one used least recently is given to this queue, zeroed (its old queue's
+// counts start again if it comes back: `statistics()` sees counts go down and starts from zero).
+// NULL only when the rows change under it too fast. Called on a thread that runs or submits work
+// of `queue`, so the queue is alive for the label.
+static struct cgcd_stall_queue *cgcd_stall_queue_row(void *queue, uint32_t now_ms) {
   uintptr_t key = (uintptr_t)queue;
   size_t slot = (key >> 4) * 0x9E3779B97F4A7C15ull >> 55;  // 9 bits: 512 rows
+  struct cgcd_stall_queue *free_row = NULL;
+  struct cgcd_stall_queue *oldest = NULL;
+  uint32_t oldest_age = 0;
   for (size_t probe = 0; probe < CGCD_STALL_QUEUES; probe++) {
     struct cgcd_stall_queue *row = &cgcd_stall_queues[(slot + probe) % CGCD_STALL_QUEUES];
     uintptr_t current = atomic_load_explicit(&row->queue, memory_order_acquire);
     if (current == key) return row;
     if (current == 0) {
-      uintptr_t expected = 0;
-      if (atomic_compare_exchange_strong(&row->queue, &expected, 1)) {
-        cgcd_stall_copy_label(row->label, queue);
-        atomic_store_explicit(&row->queue, key, memory_order_release);
-        return row;
+      if (free_row == NULL) free_row = row;
+    } else if (current != 1) {
+      uint32_t age = now_ms - atomic_load_explicit(&row->last_used, memory_order_relaxed);
+      if (oldest == NULL || age > oldest_age) {
+        oldest = row;
+        oldest_age = age;
       }
-      current = expected;
-      while (current == 1) current = atomic_load_explicit(&row->queue, memory_order_acquire);
-      if (current == key) return row;
     }
   }
-  return NULL;
+  struct cgcd_stall_queue *row = free_row != NULL ? free_row : oldest;
+  if (row == NULL) return NULL;
+  uintptr_t expected = atomic_load_explicit(&row->queue, memory_order_relaxed);
+  if (expected == 1 || (expected != 0 && row == free_row)) return NULL;
+  if (!atomic_compare_exchange_strong(&row->queue, &expected, 1)) return NULL;
+  cgcd_stall_reset_row(row);
+  cgcd_stall_copy_label(row->label, queue);
+  atomic_store_explicit(&row->last_used, now_ms, memory_order_relaxed);
+  atomic_store_explicit(&row->queue, key, memory_order_release);
+  return row;
 }
 
 static inline unsigned cgcd_stall_bucket(uint64_t nanoseconds) {
-  // Bucket 0: under 1 µs; bucket k: [2^(k-1), 2^k) µs; the last one collects the rest.
+  // Bucket 0: under 1 µs; bucket k: [2^(k-1), 2^k) µs; the last one (from 2^18 µs, 262 ms)
+  // collects the rest.
   uint64_t microseconds = nanoseconds / 1000;
   unsigned bucket = microseconds == 0 ? 0 : 64 - (unsigned)__builtin_clzll(microseconds);
   return bucket < CGCD_STALL_BUCKETS ? bucket : CGCD_STALL_BUCKETS - 1;
 }
 
-static inline void cgcd_stall_max(_Atomic(uint64_t) *max, uint64_t value) {
-  uint64_t current = atomic_load_explicit(max, memory_order_relaxed);
+static inline void cgcd_stall_max(_Atomic(uint32_t) *max, uint64_t nanoseconds) {
+  uint64_t microseconds = nanoseconds / 1000;
+  uint32_t value = microseconds > UINT32_MAX ? UINT32_MAX : (uint32_t)microseconds;
+  uint32_t current = atomic_load_explicit(max, memory_order_relaxed);
   while (value > current &&
          !atomic_compare_exchange_weak_explicit(max, &current, value, memory_order_relaxed, memory_order_relaxed)) {
   }
 }
 
 void cgcd_stall_submitted(void *queue) {
-  struct cgcd_stall_queue *row = cgcd_stall_queue_row(queue);
+  struct cgcd_stall_queue *row = cgcd_stall_queue_row(queue, cgcd_stall_milliseconds(cgcd_stall_now()));
   if (row != NULL) atomic_fetch_add_explicit(&row->submitted, 1, memory_order_relaxed);
 }
 
@@ -190,17 +225,7 @@ void cgcd_stall_forget(void *queue) {
     uintptr_t expected = key;
     if (atomic_load_explicit(&row->queue, memory_order_relaxed) == key &&
         atomic_compare_exchange_strong(&row->queue, &expected, 1)) {
-      atomic_store_explicit(&row->submitted, 0, memory_order_relaxed);
-      atomic_store_explicit(&row->started, 0, memory_order_relaxed);
-      atomic_store_explicit(&row->completed, 0, memory_order_relaxed);
-      atomic_store_explicit(&row->wait_max, 0, memory_order_relaxed);
-      atomic_store_explicit(&row->run_max, 0, memory_order_relaxed);
-      for (int bucket = 0; bucket < CGCD_STALL_BUCKETS; bucket++) {
-        atomic_store_explicit(&row->wait[bucket], 0, memory_order_relaxed);
-        atomic_store_explicit(&row->run[bucket], 0, memory_order_relaxed);
-      }
-      // A tombstone would be needed for exact open addressing; a freed row is reused in place,
-      // and a lookup that passes it only costs a probe.
+      cgcd_stall_reset_row(row);
       atomic_store_explicit(&row->queue, 0, memory_order_release);
     }
   }
@@ -212,21 +237,24 @@ uint32_t cgcd_stall_begin(void *queue, uintptr_t site, uint64_t submitted) {
   struct cgcd_stall_thread *thread = cgcd_stall_thread_record();
   uint64_t now = cgcd_stall_now();
   uint32_t depth = atomic_load_explicit(&thread->depth, memory_order_relaxed);
-  if (depth < CGCD_STALL_DEPTH) {
-    struct cgcd_stall_entry *entry = &thread->entries[depth];
-    cgcd_stall_write_begin(thread);
-    atomic_store_explicit(&entry->start, now, memory_order_relaxed);
-    atomic_store_explicit(&entry->submitted, submitted, memory_order_relaxed);
-    atomic_store_explicit(&entry->site, site, memory_order_relaxed);
-    atomic_store_explicit(&entry->queue, (uintptr_t)queue, memory_order_relaxed);
-    cgcd_stall_copy_label(entry->label, queue);
+  if (depth >= CGCD_STALL_DEPTH) {
+    // Nested deeper than the record holds: counted in the depth only, not recorded or counted.
     atomic_store_explicit(&thread->depth, depth + 1, memory_order_relaxed);
-    cgcd_stall_write_end(thread);
-  } else {
-    atomic_store_explicit(&thread->depth, depth + 1, memory_order_relaxed);
+    return depth;
   }
-  struct cgcd_stall_queue *row = cgcd_stall_queue_row(queue);
+  struct cgcd_stall_queue *row = cgcd_stall_queue_row(queue, cgcd_stall_milliseconds(now));
+  struct cgcd_stall_entry *entry = &thread->entries[depth];
+  cgcd_stall_write_begin(thread);
+  atomic_store_explicit(&entry->start, now, memory_order_relaxed);
+  atomic_store_explicit(&entry->submitted, submitted, memory_order_relaxed);
+  atomic_store_explicit(&entry->site, site, memory_order_relaxed);
+  atomic_store_explicit(&entry->queue, (uintptr_t)queue, memory_order_relaxed);
+  atomic_store_explicit(&entry->row, (uintptr_t)row, memory_order_relaxed);
+  cgcd_stall_copy_label(entry->label, queue);
+  atomic_store_explicit(&thread->depth, depth + 1, memory_order_relaxed);
+  cgcd_stall_write_end(thread);
   if (row != NULL) {
+    atomic_store_explicit(&row->last_used, cgcd_stall_milliseconds(now), memory_order_relaxed);
     atomic_fetch_add_explicit(&row->started, 1, memory_order_relaxed);
     if (submitted != 0 && submitted <= now) {
       uint64_t wait = now - submitted;
@@ -239,25 +267,26 @@ uint32_t cgcd_stall_begin(void *queue, uintptr_t site, uint64_t submitted) {
 
 void cgcd_stall_end(uint32_t depth) {
   struct cgcd_stall_thread *thread = cgcd_stall_self;
+  if (depth >= CGCD_STALL_DEPTH) {
+    atomic_store_explicit(&thread->depth, depth, memory_order_relaxed);
+    return;
+  }
   uint64_t now = cgcd_stall_now();
-  if (depth < CGCD_STALL_DEPTH) {
-    struct cgcd_stall_entry *entry = &thread->entries[depth];
-    uint64_t start = atomic_load_explicit(&entry->start, memory_order_relaxed);
-    void *queue = (void *)atomic_load_explicit(&entry->queue, memory_order_relaxed);
-    cgcd_stall_write_begin(thread);
-    atomic_store_explicit(&entry->ended_start, start, memory_order_relaxed);
-    atomic_store_explicit(&entry->ended_at, now, memory_order_relaxed);
-    atomic_store_explicit(&thread->depth, depth, memory_order_relaxed);
-    cgcd_stall_write_end(thread);
-    struct cgcd_stall_queue *row = cgcd_stall_queue_row(queue);
-    if (row != NULL) {
-      uint64_t run = now - start;
-      atomic_fetch_add_explicit(&row->completed, 1, memory_order_relaxed);
-      atomic_fetch_add_explicit(&row->run[cgcd_stall_bucket(run)], 1, memory_order_relaxed);
-      cgcd_stall_max(&row->run_max, run);
-    }
-  } else {
-    atomic_store_explicit(&thread->depth, depth, memory_order_relaxed);
+  struct cgcd_stall_entry *entry = &thread->entries[depth];
+  uint64_t start = atomic_load_explicit(&entry->start, memory_order_relaxed);
+  uintptr_t queue = atomic_load_explicit(&entry->queue, memory_order_relaxed);
+  struct cgcd_stall_queue *row = (struct cgcd_stall_queue *)atomic_load_explicit(&entry->row, memory_order_relaxed);
+  cgcd_stall_write_begin(thread);
+  atomic_store_explicit(&entry->ended_start, start, memory_order_relaxed);
+  atomic_store_explicit(&entry->ended_at, now, memory_order_relaxed);
+  atomic_store_explicit(&thread->depth, depth, memory_order_relaxed);
+  cgcd_stall_write_end(thread);
+  // The row may have been given to another queue meanwhile (evicted): then the end is not counted.
+  if (row != NULL && atomic_load_explicit(&row->queue, memory_order_relaxed) == queue) {
+    uint64_t run = now - start;
+    atomic_fetch_add_explicit(&row->completed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&row->run[cgcd_stall_bucket(run)], 1, memory_order_relaxed);
+    cgcd_stall_max(&row->run_max, run);
   }
 }
 
@@ -324,8 +353,8 @@ size_t cgcd_stall_queue_rows(cgcd_stall_queue_row_t *out, size_t capacity) {
     item->submitted = atomic_load_explicit(&row->submitted, memory_order_relaxed);
     item->started = atomic_load_explicit(&row->started, memory_order_relaxed);
     item->completed = atomic_load_explicit(&row->completed, memory_order_relaxed);
-    item->wait_max = atomic_load_explicit(&row->wait_max, memory_order_relaxed);
-    item->run_max = atomic_load_explicit(&row->run_max, memory_order_relaxed);
+    item->wait_max = (uint64_t)atomic_load_explicit(&row->wait_max, memory_order_relaxed) * 1000;
+    item->run_max = (uint64_t)atomic_load_explicit(&row->run_max, memory_order_relaxed) * 1000;
     for (int bucket = 0; bucket < CGCD_STALL_BUCKETS; bucket++) {
       item->wait[bucket] = atomic_load_explicit(&row->wait[bucket], memory_order_relaxed);
       item->run[bucket] = atomic_load_explicit(&row->run[bucket], memory_order_relaxed);
@@ -367,6 +396,17 @@ __attribute__((constructor)) static void cgcd_stall_environment(void) {
 }
 
 // MARK: - Sites
+
+#include <sys/uio.h>
+
+size_t cgcd_stall_bytes_per_queue(void) { return sizeof(struct cgcd_stall_queue); }
+
+size_t cgcd_stall_read_memory(uintptr_t address, void *out, size_t length) {
+  struct iovec local = {.iov_base = out, .iov_len = length};
+  struct iovec remote = {.iov_base = (void *)address, .iov_len = length};
+  ssize_t copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  return copied < 0 ? 0 : (size_t)copied;
+}
 
 #include <dlfcn.h>
 

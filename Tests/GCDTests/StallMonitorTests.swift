@@ -12,8 +12,9 @@ import Testing
 /// A label no other test uses.
 private func uniqueLabel(_ stem: String) -> String { "stall.test.\(stem).\(UInt32.random(in: 0...UInt32.max))" }
 
-/// Blocks the calling thread (a queue's worker) for `milliseconds`.
-private func block(milliseconds: UInt32) { usleep(milliseconds * 1000) }
+/// Blocks the calling thread (a queue's worker) for `milliseconds`; not private, so that its
+/// symbol reads `stallTestBlock` in a report's stack.
+func stallTestBlock(milliseconds: UInt32) { usleep(milliseconds * 1000) }
 
 /// The reports with `label`, up to and including the one that ends the stall.
 private func reportsUntilEnded(_ reports: StallMonitor.Reports, label: String) async -> [StallReport] {
@@ -34,7 +35,7 @@ private func doubled(_ threshold: Duration, _ times: Int) -> Duration { threshol
 @Suite("StallMonitor", .serialized)
 struct StallMonitorTests {
   @Test(
-    "a serial queue blocked 1 s: reported past the threshold, again at each doubling, once more when it ends, with the thread and the kernel's view",
+    "a serial queue blocked 2 s: reported past the threshold, again at each doubling, once more when it ends, with the thread, the kernel's view and, past four times the threshold, the stack",
     .timeLimit(.minutes(1)))
   func blockedQueue() async {
     let threshold = Duration.milliseconds(200)
@@ -45,7 +46,7 @@ struct StallMonitorTests {
     let blocker = Atomic<Int32>(0)
     queue.async {
       blocker.store(currentThreadID(), ordering: .sequentiallyConsistent)
-      block(milliseconds: 1000)
+      stallTestBlock(milliseconds: 2000)
     }
     let found = await reportsUntilEnded(reports, label: label)
     monitor.cancel()
@@ -63,8 +64,21 @@ struct StallMonitorTests {
       #expect(report.description.hasPrefix("GCD stall: queue '\(label)' blocked for "), "\(report)")
       #expect(report.site != nil)
     }
+    #if arch(x86_64)
+      // From four times the threshold on, the stack: innermost, the sleep's system call in the C
+      // library; then the code that called it.
+      let deep = during.filter { $0.duration >= threshold * 4 }
+      #expect(!deep.isEmpty, "\(during)")
+      for report in deep {
+        #expect(report.stack.first?.contains("sleep") == true, "\(report.stack)")
+        #expect(report.stack.contains { $0.contains("stallTestBlock") }, "\(report.stack)")
+      }
+      let early = during.filter { $0.duration < threshold * 4 }
+      #expect(early.allSatisfy { $0.stack.isEmpty })
+    #endif
     if let end = found.last {
-      #expect(end.duration >= .milliseconds(1000) && end.duration < .seconds(30), "\(end)")
+      #expect(end.stack.isEmpty)
+      #expect(end.duration >= .milliseconds(2000) && end.duration < .seconds(30), "\(end)")
       #expect(end.threadID == blocker.load(ordering: .sequentiallyConsistent))
       #expect(end.description.hasPrefix("GCD stall: queue '\(label)' ended after "), "\(end)")
     }
@@ -107,7 +121,7 @@ struct StallMonitorTests {
     let labels = (0..<5).map { uniqueLabel("short\($0)") }
     let queues = labels.map { Queue(label: $0) }
     let group = Group()
-    for index in 0..<1000 { group.async(on: queues[index % 4]) { block(milliseconds: 1) } }
+    for index in 0..<1000 { group.async(on: queues[index % 4]) { stallTestBlock(milliseconds: 1) } }
     for _ in 0..<100_000 { group.async(on: queues[4]) {} }
     try? await group.wait()
     monitor.cancel()
@@ -121,7 +135,7 @@ struct StallMonitorTests {
     let monitor = StallMonitor(threshold: .seconds(5))
     let label = uniqueLabel("statistics")
     let queue = Queue(label: label)
-    for index in 0..<50 { queue.async { if index == 0 { block(milliseconds: 20) } } }
+    for index in 0..<50 { queue.async { if index == 0 { stallTestBlock(milliseconds: 20) } } }
     // Group work leaves its group after the work's end is recorded: the wait sees every count.
     let group = Group()
     for _ in 0..<10 { group.async(on: queue) {} }
@@ -180,6 +194,28 @@ struct StallMonitorTests {
       "GCD stall: pool 'com.apple.root.default-qos (QoS default)' ended: work started after ",
       "statistics: 'com.example.database' submitted 21, started 21, completed 21;")
     run.expect("ended after ", times: 1)
+  }
+
+  @Test("statistics keep a row for a new queue after 600 others ran work: the least recently used row is given up")
+  func statisticsPastTheTable() async {
+    let monitor = StallMonitor(threshold: .seconds(5))
+    let others = (0..<600).map { Queue(label: uniqueLabel("filler\($0)")) }
+    let group = Group()
+    for queue in others { group.async(on: queue) {} }
+    try? await group.wait()
+    let label = uniqueLabel("after-fillers")
+    let queue = Queue(label: label)
+    for _ in 0..<3 { group.async(on: queue) {} }
+    try? await group.wait()
+    let rows = monitor.statistics().filter { $0.queueLabel == label }
+    #expect(rows.map(\.completed) == [3], "\(rows)")
+    monitor.cancel()
+    _ = others
+  }
+
+  @Test("a watched queue's statistics row takes at most 256 bytes")
+  func bytesPerQueue() {
+    #expect(stallBytesPerQueue <= 256)
   }
 
   @Test("GCD_STALL_REPORT parses a duration in ms or s and refuses anything else")

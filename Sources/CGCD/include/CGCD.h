@@ -378,7 +378,7 @@ void cgcd_stall_set_watching(int on);
 uint64_t cgcd_stall_now(void);
 
 #define CGCD_STALL_DEPTH 8
-#define CGCD_STALL_BUCKETS 24
+#define CGCD_STALL_BUCKETS 20
 #define CGCD_STALL_PROBES 8
 
 /// Watched work starts on this thread: records its queue (label copied), site and start, and
@@ -417,7 +417,7 @@ typedef struct {
   uintptr_t queue;
   char label[48];
   uint64_t submitted, started, completed;
-  uint64_t wait_max, run_max;
+  uint64_t wait_max, run_max;  // nanoseconds (kept in microseconds)
   uint32_t wait[CGCD_STALL_BUCKETS], run[CGCD_STALL_BUCKETS];
 } cgcd_stall_queue_row_t;
 
@@ -429,6 +429,13 @@ void cgcd_stall_probe(void *queue, uintptr_t slot);
 
 /// When the probe of `slot` started (0: not yet).
 uint64_t cgcd_stall_probe_start(uintptr_t slot);
+
+/// The bytes one watched queue's statistics row takes (`statistics()`): at most 256.
+size_t cgcd_stall_bytes_per_queue(void);
+
+/// Copies `length` bytes of this process's memory at `address` into `out` without faulting
+/// (`process_vm_readv`): how many were copied (0 where nothing is mapped).
+size_t cgcd_stall_read_memory(uintptr_t address, void *out, size_t length);
 
 /// `dladdr(address)`: the symbol (may be NULL), the binary's path and its load address; 0 if none.
 int cgcd_stall_symbol(uintptr_t address, const char *_Nullable *_Nonnull symbol,

@@ -121,6 +121,12 @@ public struct StallReport: Sendable, Hashable, CustomStringConvertible {
   /// What the kernel says the thread is doing (`/proc/self/task/TID/stat` state, `wchan`,
   /// `syscall`) when reported; nil for `.pool` and for the report that ends a stall.
   public let kernelState: String?
+  /// From the report at four times the threshold on (`.queue`, x86-64, a thread in a system
+  /// call): the return addresses found on the blocked thread's stack, symbolicated, innermost
+  /// first — the system call's address, then each word above the stack pointer that points just
+  /// after a call instruction. A scan read with `process_vm_readv`, not an unwind: the thread is
+  /// neither stopped nor signalled, and a stale return address can appear. Empty otherwise.
+  public let stack: [String]
 
   /// One line with all of it, beginning `GCD stall:`.
   public var description: String {
@@ -131,6 +137,7 @@ public struct StallReport: Sendable, Hashable, CustomStringConvertible {
       if let threadID { line += " on thread \(threadID)" }
       if let kernelState { line += " (\(kernelState))" }
       if let site { line += "; running \(site)" }
+      if !stack.isEmpty { line += "; stack: " + stack.joined(separator: " <- ") }
       return line
     case (.queue, true):
       var line = "GCD stall: queue '\(queueLabel)' ended after \(length)"

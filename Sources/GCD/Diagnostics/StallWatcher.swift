@@ -206,16 +206,18 @@ final class StallMonitorCore: Sendable {
   }
 
   private func report(_ work: StallRunning, duration: UInt64, ended: Bool) -> StallReport {
-    StallReport(
+    let deep = !ended && duration >= threshold * 4
+    return StallReport(
       kind: .queue, queueLabel: work.label, threadID: work.threadID, duration: .nanoseconds(Int64(duration)),
       site: stallSymbol(work.site), ended: ended,
-      kernelState: ended ? nil : stallKernelState(threadID: work.threadID))
+      kernelState: ended ? nil : stallKernelState(threadID: work.threadID),
+      stack: deep ? stallStack(threadID: work.threadID) ?? [] : [])
   }
 
   private func poolReport(_ pool: StallPool, duration: UInt64, ended: Bool) -> StallReport {
     StallReport(
       kind: .pool, queueLabel: pool.label, threadID: nil, duration: .nanoseconds(Int64(duration)), site: nil,
-      ended: ended, kernelState: nil)
+      ended: ended, kernelState: nil, stack: [])
   }
 
   func statistics() -> [QueueStatistics] {
@@ -225,13 +227,19 @@ final class StallMonitorCore: Sendable {
       var baseline: [UInt: StallQueueRow] = [:]
       for row in rows {
         baseline[row.queue] = row
-        let before = state.baseline[row.queue].flatMap { $0.label == row.label ? $0 : nil }
+        // A row given to another queue, or evicted and made again, starts from zero.
+        let before = state.baseline[row.queue].flatMap {
+          $0.label == row.label && $0.submitted <= row.submitted && $0.started <= row.started
+            && $0.completed <= row.completed ? $0 : nil
+        }
         let submitted = Int(row.submitted &- (before?.submitted ?? 0))
         let started = Int(row.started &- (before?.started ?? 0))
         let completed = Int(row.completed &- (before?.completed ?? 0))
         guard submitted > 0 || started > 0 || completed > 0 else { continue }
-        let wait = zip(row.wait, before?.wait ?? Array(repeating: 0, count: stallBuckets)).map { $0 &- $1 }
-        let run = zip(row.run, before?.run ?? Array(repeating: 0, count: stallBuckets)).map { $0 &- $1 }
+        let wait = zip(row.wait, before?.wait ?? Array(repeating: 0, count: stallBuckets)).map {
+          $0 >= $1 ? $0 - $1 : $0
+        }
+        let run = zip(row.run, before?.run ?? Array(repeating: 0, count: stallBuckets)).map { $0 >= $1 ? $0 - $1 : $0 }
         result.append(
           QueueStatistics(
             queueLabel: row.label, submitted: submitted, started: started, completed: completed,

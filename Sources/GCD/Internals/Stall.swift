@@ -228,6 +228,85 @@ extension String {
   }
 }
 
+/// The return addresses found on the stack of thread `threadID`, symbolicated, innermost first:
+/// where the thread is in its system call (`/proc/self/task/TID/syscall` gives its stack pointer
+/// and program counter), then each word of the 32 KiB above the stack pointer that points into
+/// executable code just after a call instruction. The stack is read with `process_vm_readv`, which
+/// fails instead of faulting if the thread has moved on or ended; the thread itself is not
+/// stopped or signalled. A scan, not an unwind: a stale return address of an earlier call can
+/// appear. nil when the thread is running (not in a system call) or on another architecture.
+func stallStack(threadID: Int32, limit: Int = 16) -> [String]? {
+  #if arch(x86_64)
+    guard let syscall = stallReadSmallFile("/proc/self/task/\(threadID)/syscall") else { return nil }
+    let fields = syscall.split(separator: " ")
+    guard fields.count >= 3, fields[0] != "running",
+      let stackPointer = UInt(fields[fields.count - 2].dropFirst(2), radix: 16),
+      let programCounter = UInt(fields[fields.count - 1].dropFirst(2), radix: 16)
+    else { return nil }
+    let code = stallExecutableRanges()
+    func isCode(_ address: UInt) -> Bool { code.contains { $0.contains(address) } }
+    var frames: [UInt] = [programCounter]
+    let length = 32 * 1024
+    var words = [UInt](repeating: 0, count: length / MemoryLayout<UInt>.size)
+    let copied = words.withUnsafeMutableBytes { cgcd_stall_read_memory(stackPointer, $0.baseAddress!, length) }
+    for word in words.prefix(copied / MemoryLayout<UInt>.size) where frames.count < limit {
+      if isCode(word) && stallFollowsCall(word) { frames.append(word) }
+    }
+    return frames.map { stallSymbol($0) ?? "0x\(String($0, radix: 16))" }
+  #else
+    return nil
+  #endif
+}
+
+/// Whether the bytes before `address` end with an x86-64 call instruction (`call rel32`, or an
+/// indirect call through a register or memory), as they do before a return address.
+private func stallFollowsCall(_ address: UInt) -> Bool {
+  var bytes = [UInt8](repeating: 0, count: 7)
+  guard address > 7, bytes.withUnsafeMutableBytes({ cgcd_stall_read_memory(address - 7, $0.baseAddress!, 7) }) == 7
+  else { return false }
+  // bytes[k] is at address - 7 + k.
+  if bytes[2] == 0xE8 { return true }  // call rel32
+  if bytes[1] == 0xFF && (bytes[2] == 0x15 || bytes[2] & 0xF8 == 0x90) { return true }  // call [rip+d32], [r+d32]
+  if bytes[0] == 0x41 && bytes[1] == 0xFF && bytes[2] & 0xF8 == 0x90 { return true }  // call [r8-15+d32]
+  if bytes[4] == 0xFF && bytes[5] & 0xF8 == 0x50 { return true }  // call [r+d8]
+  if bytes[3] == 0x41 && bytes[4] == 0xFF && bytes[5] & 0xF8 == 0x50 { return true }  // call [r8-15+d8]
+  if bytes[5] == 0xFF && bytes[6] & 0xF8 == 0xD0 { return true }  // call reg
+  if bytes[4] == 0x41 && bytes[5] == 0xFF && bytes[6] & 0xF8 == 0xD0 { return true }  // call r8-15
+  // call [reg]
+  if bytes[5] == 0xFF && bytes[6] & 0xF8 == 0x10 && bytes[6] & 0x07 != 4 && bytes[6] & 0x07 != 5 { return true }
+  return false
+}
+
+/// The executable mappings of this process (`/proc/self/maps`).
+private func stallExecutableRanges() -> [ClosedRange<UInt>] {
+  let descriptor = open("/proc/self/maps", O_RDONLY | O_CLOEXEC)
+  guard descriptor >= 0 else { return [] }
+  defer { close(descriptor) }
+  var text: [UInt8] = []
+  var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+  while true {
+    let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+    if count <= 0 { break }
+    text += chunk[0..<count]
+  }
+  var ranges: [ClosedRange<UInt>] = []
+  for line in text.split(separator: UInt8(ascii: "\n")) {
+    let fields = line.split(separator: UInt8(ascii: " "), maxSplits: 2)
+    guard fields.count >= 2, fields[1].count >= 3, fields[1][fields[1].startIndex + 2] == UInt8(ascii: "x") else {
+      continue
+    }
+    let bounds = fields[0].split(separator: UInt8(ascii: "-"))
+    guard bounds.count == 2, let low = UInt(String(decoding: bounds[0], as: UTF8.self), radix: 16),
+      let high = UInt(String(decoding: bounds[1], as: UTF8.self), radix: 16), high > low
+    else { continue }
+    ranges.append(low...(high - 1))
+  }
+  return ranges
+}
+
+/// The bytes of one watched queue's statistics row.
+var stallBytesPerQueue: Int { cgcd_stall_bytes_per_queue() }
+
 /// Sleeps the calling thread (the monitor's own, never a queue's) for `nanoseconds`.
 func stallSleep(nanoseconds: UInt64) {
   var request = timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
