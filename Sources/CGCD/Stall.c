@@ -231,6 +231,17 @@ void cgcd_stall_forget(void *queue) {
   }
 }
 
+void cgcd_stall_clear(void) {
+  for (size_t index = 0; index < CGCD_STALL_QUEUES; index++) {
+    struct cgcd_stall_queue *row = &cgcd_stall_queues[index];
+    uintptr_t expected = atomic_load_explicit(&row->queue, memory_order_relaxed);
+    if (expected > 1 && atomic_compare_exchange_strong(&row->queue, &expected, 1)) {
+      cgcd_stall_reset_row(row);
+      atomic_store_explicit(&row->queue, 0, memory_order_release);
+    }
+  }
+}
+
 // MARK: - Begin and end
 
 uint32_t cgcd_stall_begin(void *queue, uintptr_t site, uint64_t submitted) {

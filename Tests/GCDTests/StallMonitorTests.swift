@@ -213,6 +213,31 @@ struct StallMonitorTests {
     _ = others
   }
 
+  @Test("a queue made where freed ones were gets its own row: rows do not outlive the last monitor or their queue")
+  func statisticsAfterQueuesFreed() async {
+    let group = Group()
+    do {
+      let first = StallMonitor(threshold: .seconds(5))
+      let fillers = (0..<300).map { Queue(label: uniqueLabel("freed\($0)")) }
+      for queue in fillers { group.async(on: queue) {} }
+      try? await group.wait()
+      first.cancel()
+      _ = fillers  // freed here, with no monitor to clear their rows on the way
+    }
+    // New queues, likely at the addresses just freed, made before the next monitor (so their
+    // init clears nothing): each gets a row of its own label and counts.
+    let labels = (0..<50).map { uniqueLabel("reborn\($0)") }
+    let queues = labels.map { Queue(label: $0) }
+    let second = StallMonitor(threshold: .seconds(5))
+    for queue in queues { group.async(on: queue) {} }
+    try? await group.wait()
+    let rows = second.statistics().filter { labels.contains($0.queueLabel) }
+    #expect(Set(rows.map(\.queueLabel)) == Set(labels), "\(rows.count) of \(labels.count) rows")
+    #expect(rows.allSatisfy { $0.submitted == 1 && $0.completed == 1 }, "\(rows)")
+    second.cancel()
+    _ = queues
+  }
+
   @Test("a watched queue's statistics row takes at most 256 bytes")
   func bytesPerQueue() {
     #expect(stallBytesPerQueue <= 256)

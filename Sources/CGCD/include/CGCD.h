@@ -392,8 +392,11 @@ void cgcd_stall_end(uint32_t depth);
 /// Counts a submission on the queue's row.
 void cgcd_stall_submitted(void *queue);
 
-/// Clears the queue's row (its queue is being freed; the address may be reused).
+/// Clears the queue's row (its queue is being freed, or was made where a freed one was).
 void cgcd_stall_forget(void *queue);
+
+/// Clears every row (the last monitor is gone: rows of queues freed meanwhile would go stale).
+void cgcd_stall_clear(void);
 
 /// A piece of work running on some thread, as the monitor reads it.
 typedef struct {

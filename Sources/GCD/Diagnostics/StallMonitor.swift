@@ -55,7 +55,8 @@ public final class StallMonitor: Sendable {
   public func makeReports() -> Reports { Reports(subscription: core.subscribe()) }
 
   /// Each watched queue's counts and times since the previous call (since the monitor started,
-  /// for the first), busiest first.
+  /// for the first), busiest first. The counts are kept while any monitor lives, and cleared when
+  /// the last one goes.
   ///
   /// `submitted` counts `async`, `asyncBarrier`, group work and notifications; `started` and
   /// `completed` count every piece of work that ran (source handlers, work items, `sync`,

@@ -44,7 +44,12 @@ final class StallWatcher: Sendable {
   func remove(_ core: StallMonitorCore) {
     state.withLock { state in
       state.cores[ObjectIdentifier(core)] = nil
-      if state.cores.isEmpty { stallSetWatching(false) }
+      if state.cores.isEmpty {
+        // With no monitor, no queue's deinit clears its row: the rows would go stale, and a new
+        // queue at a freed one's address would continue its counts. The next monitor starts clean.
+        stallSetWatching(false)
+        stallClear()
+      }
     }
   }
 

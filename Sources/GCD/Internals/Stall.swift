@@ -42,8 +42,13 @@ func stallSubmitted(_ queue: OpaquePointer) { cgcd_stall_submitted(UnsafeMutable
 /// Turns the watched paths on or off.
 func stallSetWatching(_ on: Bool) { cgcd_stall_set_watching(on ? 1 : 0) }
 
-/// A queue's statistics row is cleared before its queue is freed (its address may be reused).
+/// A queue's statistics row is cleared before its queue is freed, and when a queue is made (at
+/// the address of a freed one, perhaps): a row never outlives its queue into another's.
+@usableFromInline
 func stallForget(_ queue: OpaquePointer) { cgcd_stall_forget(UnsafeMutableRawPointer(queue)) }
+
+/// Clears every statistics row.
+func stallClear() { cgcd_stall_clear() }
 
 /// A piece of work that runs, as the monitor reads it from its thread's record.
 struct StallRunning: Hashable {

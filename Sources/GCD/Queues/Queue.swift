@@ -94,6 +94,8 @@ public class Queue: GCDObject, @unchecked Sendable {
     self.flags = flags
     self.state = Atomic(state)
     super.init(raw: raw)
+    // A queue made at the address of a freed one must not continue its statistics row.
+    if _slowPath(stallWatching) { stallForget(raw) }
   }
 
   /// Wraps a global or the main queue (never released).
