@@ -259,7 +259,10 @@ final class StallMonitorCore: Sendable {
   /// sample when it falls in the highest bucket used, else that bucket's bound.
   private static func times(_ buckets: [UInt32], max exact: UInt64) -> QueueStatistics.Times {
     let total = buckets.reduce(0) { $0 + UInt64($1) }
-    func bound(_ bucket: Int) -> UInt64 { bucket == 0 ? 1_000 : 1_000 << UInt64(bucket) }
+    // The last bucket has no upper bound: its samples are bounded by the exact maximum.
+    func bound(_ bucket: Int) -> UInt64 {
+      bucket == stallBuckets - 1 ? .max : bucket == 0 ? 1_000 : 1_000 << UInt64(bucket)
+    }
     func percentile(_ fraction: Double) -> Duration {
       guard total > 0 else { return .zero }
       let wanted = UInt64((Double(total) * fraction).rounded(.up))
