@@ -70,7 +70,8 @@ bench: $(BENCH_C_LIB) $(BENCH_ALLOC_LIB)
 ## bench-scale: the scale curves (docs/performance.md, "Scale") in release mode: C, GCD and
 ## `import Dispatch` at N up to 100,000; writes the tables into docs/performance.md's Scale section
 ## and one log-log SVG chart per curve into docs/performance-scale/ (root raises the descriptor and
-## inotify limits for the run and restores them)
+## inotify limits for the run and restores them). BENCH_ARGS="--only timers,proc_sources" measures
+## those curves and rewrites their blocks alone; an unknown name, or a selection of none, is an error
 bench-scale: $(BENCH_C_LIB)
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" $(SWIFT) run -c release $(SWIFTPM_FLAGS) GCDBenchmarks --scale \
 	  --charts docs/performance-scale --scale-doc docs/performance.md $(BENCH_ARGS)

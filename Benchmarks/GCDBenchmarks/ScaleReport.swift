@@ -78,11 +78,15 @@ struct ScaleReport {
   }
 
   /// The "Scale" results for docs/performance.md: a table and a chart per curve.
-  func markdown(chartFolder: String) -> String {
-    var text = "Measured on \(machine.summary); load average at the start: \(load). "
+  /// With `perCurve` (a run of some curves, merged into the section), each curve's block says
+  /// when and where it was measured; otherwise the section's first line says it for all.
+  func markdown(chartFolder: String, perCurve: Bool = false) -> String {
+    let measured = "Measured on \(machine.summary); load average at the start: \(load). "
+    var text = perCurve ? "" : measured
     text += "Each figure is \(quick ? "the smallest" : "the median") of the interleaved rounds at that N.\n"
     for result in results {
       text += "\n#### \(result.row.name): \(result.row.title)\n\n"
+      if perCurve { text += measured + "A run of some curves, \(todayUTC()).\n\n" }
       let table = rows(result)
       text += "| " + table[0].joined(separator: " | ") + " |\n"
       text += "|" + table[0].map { _ in "---:" }.joined(separator: "|") + "|\n"
@@ -191,6 +195,58 @@ func writeFile(_ path: String, _ text: String) -> Bool {
   return true
 }
 
+/// Replaces, in the file at `path`, the blocks of the curves `text` has (each from its
+/// `#### name:` line to the next one or `<!-- scale:end -->`), and adds the ones it lacks before
+/// the end marker; the other curves' blocks and the section's first line stay. For a run of some
+/// curves (`--only`, `--filter`): the section keeps what the other curves measured.
+func replaceScaleRows(in path: String, with text: String) -> Bool {
+  guard let contents = readWholeFile(path) else { return false }
+  var lines = contents.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+  guard let begin = lines.firstIndex(of: "<!-- scale:begin -->"),
+    lines.firstIndex(of: "<!-- scale:end -->").map({ begin < $0 }) == true
+  else {
+    note("GCDBenchmarks: \(path) has no <!-- scale:begin --> … <!-- scale:end --> section")
+    return false
+  }
+  func blocks(_ lines: [String]) -> [(name: String, lines: [String])] {
+    var found: [(name: String, lines: [String])] = []
+    for line in lines {
+      if line.hasPrefix("#### "), let colon = line.firstIndex(of: ":") {
+        found.append((String(line[line.index(line.startIndex, offsetBy: 5)..<colon]), [line]))
+      } else if !found.isEmpty {
+        found[found.count - 1].lines.append(line)
+      }
+    }
+    return found
+  }
+  for block in blocks(text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)) {
+    let end = lines.firstIndex(of: "<!-- scale:end -->")!
+    let start = lines[begin..<end].firstIndex { $0.hasPrefix("#### \(block.name):") }
+    var replacement = block.lines
+    while replacement.last == "" { replacement.removeLast() }
+    replacement.append("")
+    if let start {
+      let stop = lines[(start + 1)..<end].firstIndex { $0.hasPrefix("#### ") } ?? end
+      lines.replaceSubrange(start..<stop, with: replacement)
+    } else {
+      lines.insert(contentsOf: replacement, at: end)
+    }
+  }
+  return writeFile(path, lines.joined(separator: "\n"))
+}
+
+/// The whole file at `path`; nil when it cannot be read.
+func readWholeFile(_ path: String) -> String? {
+  guard let file = fopen(path, "r") else { return nil }
+  var contents = ""
+  var buffer = [CChar](repeating: 0, count: 4096)
+  while fgets(&buffer, Int32(buffer.count), file) != nil {
+    contents += String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  }
+  fclose(file)
+  return contents
+}
+
 /// Replaces what lies between `<!-- scale:begin -->` and `<!-- scale:end -->` in the file at `path`.
 func replaceScaleSection(in path: String, with text: String) -> Bool {
   guard let file = fopen(path, "r") else { return false }
@@ -215,7 +271,7 @@ func replaceScaleSection(in path: String, with text: String) -> Bool {
 /// doc section when asked; exits 1 in `--quick` when a target breaks.
 func runScale(
   library: CLibrary?, variants: [Variant], quick: Bool, selected: (String) -> Bool, chartFolder: String?,
-  document: String?
+  document: String?, partial: Bool
 ) -> Never {
   let rows = scaleRows(library, sockets: ScaleSockets(pairs: 0)).filter { selected($0.name) }
   let largest = rows.filter { $0.name.contains("read") }.flatMap { quick ? $0.quickCounts : $0.counts }.max() ?? 0
@@ -255,7 +311,12 @@ func runScale(
     let relative = chartFolder.map { folder in
       folder.hasPrefix("docs/") ? String(folder.dropFirst("docs/".count)) : folder
     }
-    if replaceScaleSection(in: document, with: report.markdown(chartFolder: relative ?? ".")) {
+    let markdown = report.markdown(chartFolder: relative ?? ".", perCurve: partial)
+    if partial {
+      if replaceScaleRows(in: document, with: markdown) {
+        note("wrote \(results.map(\.row.name).joined(separator: ", ")) in the scale section of \(document)")
+      }
+    } else if replaceScaleSection(in: document, with: markdown) {
       note("wrote the scale section of \(document)")
     }
   }
@@ -265,4 +326,16 @@ func runScale(
     exit(1)
   }
   exit(0)
+}
+
+/// Today's date (UTC), `2026-12-05`.
+func todayUTC() -> String {
+  var now = time(nil)
+  var parts = tm()
+  gmtime_r(&now, &parts)
+  func padded(_ value: Int32, _ width: Int) -> String {
+    let digits = String(value)
+    return String(repeating: "0", count: max(0, width - digits.count)) + digits
+  }
+  return "\(padded(parts.tm_year + 1900, 4))-\(padded(parts.tm_mon + 1, 2))-\(padded(parts.tm_mday, 2))"
 }

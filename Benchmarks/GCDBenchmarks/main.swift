@@ -15,7 +15,8 @@ import GCD
 let usage = """
   usage: GCDBenchmarks [options]
     --filter SUBSTRING   only the operations (and memory rows) whose name contains SUBSTRING
-    --only NAME          only the operation (or memory row) named NAME
+    --only NAME[,NAME…]  only the operations (or memory rows, or scale curves) named; an unknown name is
+                         an error, as is a selection that matches nothing
     --quick              every operation once with a tiny count, for CI (exits 0; numbers mean nothing)
     --repeats N          timed runs per variant (default: the operation's own, else 7)
     --count N            operations per timed run, for every operation (default: each its own)
@@ -34,7 +35,7 @@ let usage = """
 
 struct Options {
   var filter: String?
-  var only: String?
+  var only: [String]?
   var quick = false
   /// Timed runs per variant when given; otherwise each operation's own, else 7.
   var repeats: Int?
@@ -66,7 +67,10 @@ func parseOptions(_ arguments: [String]) -> Options {
   while let argument = remaining.popFirst() {
     switch argument {
     case "--filter": options.filter = value(argument)
-    case "--only": options.only = value(argument)
+    case "--only":
+      let names = value(argument).split(separator: ",").map { String($0).trimmingCharacters() }.filter { !$0.isEmpty }
+      guard !names.isEmpty else { fail("--only needs one name or more, separated by commas") }
+      options.only = (options.only ?? []) + names
     case "--quick": options.quick = true
     case "--repeats":
       guard let repeats = Int(value(argument)), repeats > 0 else { fail("--repeats needs a positive number") }
@@ -131,19 +135,49 @@ if library == nil && options.variants.contains(.c) {
 }
 
 func selected(_ name: String) -> Bool {
-  (options.filter.map { name.contains($0) } ?? true) && (options.only.map { name == $0 } ?? true)
+  (options.filter.map { name.contains($0) } ?? true) && (options.only.map { $0.contains(name) } ?? true)
 }
 
+/// Stops (status 2) when `--only` names something `names` lacks, or when `--only` and `--filter`
+/// select nothing of `names`: a run that would measure nothing, or less than asked, is refused
+/// rather than reported (and never rewrites a document).
+func checkSelection(of names: [String], what: String) {
+  if let only = options.only {
+    let unknown = only.filter { !names.contains($0) }
+    if !unknown.isEmpty {
+      note(
+        "GCDBenchmarks: unknown \(what): \(unknown.joined(separator: ", ")); the \(what) are: \(names.joined(separator: ", "))"
+      )
+      exit(2)
+    }
+  }
+  if !names.contains(where: selected) {
+    note(
+      "GCDBenchmarks: --filter \(options.filter ?? "") selects none of the \(what): \(names.joined(separator: ", "))")
+    exit(2)
+  }
+}
+
+/// Whether the selection is a part of `names` rather than all of them.
+func selectsPart(of names: [String]) -> Bool { !names.allSatisfy(selected) }
+
 if options.scale {
+  let names = scaleRows(library, sockets: ScaleSockets(pairs: 0)).map(\.name)
+  checkSelection(of: names, what: "scale curves")
   runScale(
     library: library, variants: options.variants, quick: options.quick, selected: selected,
-    chartFolder: options.chartFolder, document: options.scaleDocument)
+    chartFolder: options.chartFolder, document: options.scaleDocument, partial: selectsPart(of: names))
 }
 
 let benchmarks =
   queueBenchmarks(library) + synchronizationBenchmarks(library) + applyBenchmarks(library, quick: options.quick)
   + sourceBenchmarks(library, fixtures: fixtures) + workItemBenchmarks(library) + ioBenchmarks(library)
   + concurrencyBenchmarks(heapInUse: library?.heapInUse) + stallBenchmarks(library)
+
+let operationNames =
+  benchmarks.map(\.name) + ObjectKind.allCases.map { "mem_" + $0.name }
+  + RSSWorkload.allCases.map { "rss_" + $0.rawValue }
+if !options.list { checkSelection(of: operationNames, what: "operations") }
 
 if options.list {
   for benchmark in benchmarks { print("\(benchmark.name)  \(benchmark.title)") }
@@ -199,3 +233,13 @@ if let svgPath = options.svgPath {
   note("wrote \(svgPath)")
 }
 exit(0)
+
+extension String {
+  /// Without leading and trailing spaces.
+  func trimmingCharacters() -> String {
+    var text = Substring(self)
+    while text.first == " " { text.removeFirst() }
+    while text.last == " " { text.removeLast() }
+    return String(text)
+  }
+}

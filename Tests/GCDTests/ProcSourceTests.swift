@@ -1,3 +1,4 @@
+import CGCD
 import GCD
 import Synchronization
 import Testing
@@ -8,8 +9,8 @@ import Testing
   import Musl
 #endif
 
-/// `ProcSource` on Linux: pidfd_open plus an internal read source, `.exit`
-/// delivered exactly once, the descriptor closed exactly once.
+/// `ProcSource` on Linux: a pidfd (its own from `init(pid:)`, the caller's from `init(pidfd:)`) in
+/// the descriptor fence, `.exit` delivered exactly once, an owned descriptor closed exactly once.
 @Suite
 struct ProcSourceTests {
   @Test func childExitFiresOnceWithExitData() throws {
@@ -243,6 +244,67 @@ struct ProcSourceTests {
     #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
   }
 
+  @Test("init(pidfd:) watches the caller's pidfd: .exit once, and the pidfd stays open after the cancel")
+  func watchesACallersPidfd() throws {
+    let child = try spawnProcess("/bin/sleep", ["30"])
+    defer { _ = reapProcess(child) }
+    let pidfd = cgcd_pidfd_open(child, 0)
+    try #require(pidfd >= 0, "pidfd_open: errno \(errno)")
+    defer { close(pidfd) }
+    let source = try ProcSource(pidfd: pidfd, queue: Queue(label: "proc.pidfd"))
+    #expect(source.pid == child)
+    #expect(source.watchedEvents == .exit)
+    let seen = Recorder<ProcEvents>()
+    let fired = Event()
+    let cancelled = Event()
+    source.setEventHandler { events in
+      seen.append(events)
+      fired.signal()
+    }
+    source.setCancelHandler { cancelled.signal() }
+    source.resume()
+    kill(child, SIGKILL)
+    #expect(fired.wait())
+    #expect(!pollBriefly { seen.count > 1 }, "a pidfd stays readable: .exit must be delivered once")
+    #expect(seen.values == [.exit])
+    source.cancel()
+    #expect(cancelled.wait())
+    #expect(fcntl(pidfd, F_GETFD) != -1, "the caller's pidfd was closed")
+  }
+
+  @Test("init(pidfd:) refuses a descriptor that is not a pidfd (EINVAL) and one that is not open (EBADF)")
+  func pidfdInitRefusesOtherDescriptors() throws {
+    let (readEnd, writeEnd) = makePipe()
+    defer {
+      close(readEnd)
+      close(writeEnd)
+    }
+    let notPidfd = #expect(throws: GCDError.self) { try ProcSource(pidfd: readEnd, queue: .global()) }
+    #expect(notPidfd?.errno == EINVAL, "\(String(describing: notPidfd))")
+    let closed = #expect(throws: GCDError.self) { try ProcSource(pidfd: 9999, queue: .global()) }
+    #expect(closed?.errno == EBADF, "\(String(describing: closed))")
+    let negative = #expect(throws: GCDError.self) { try ProcSource(pidfd: -1, queue: .global()) }
+    #expect(negative?.errno == EBADF, "\(String(describing: negative))")
+  }
+
+  @Test("descriptors: one per source from a pid (its pidfd, no epoll instance beside it), none from a pidfd")
+  func descriptorsPerSource() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkDescriptorsPerProcSource()
+    }
+    let message = standardError(of: result)
+    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+  }
+
+  @Test("an owned pidfd is closed once the exit is delivered, before the source is cancelled")
+  func ownedPidfdClosedAfterExit() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      checkOwnedPidfdClosedAfterExit()
+    }
+    let message = standardError(of: result)
+    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+  }
+
   @Test func thousandSourcesInEveryStateLeakNoDescriptor() async {
     // In a child process: no other test opens descriptors meanwhile.
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
@@ -271,6 +333,53 @@ private func checkPidDescriptorIsCloseOnExec() -> Never {
   // Never resumed, dropped: closed too.
   guard (try? ProcSource(pid: getppid(), queue: .global())) != nil else { endProcChild("ProcSource failed") }
   guard pollUntil({ pidfds().count == before.count }) else { endProcChild("pidfd not closed on drop") }
+  endProcChild("ok")
+}
+
+private func checkDescriptorsPerProcSource() -> Never {
+  warmUpDispatch()
+  let child = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
+  guard child > 0 else { endProcChild("spawn failed") }
+  // The fence's instance, made once for the process: by a first source, before the count.
+  guard let first = try? ProcSource(pid: child, queue: .global()) else { endProcChild("ProcSource failed") }
+  first.cancel()
+  let before = allOpenDescriptorTargets().count
+  let fromPid = (0..<10).compactMap { _ in try? ProcSource(pid: child, queue: .global()) }
+  guard fromPid.count == 10 else { endProcChild("ProcSource(pid:) failed") }
+  let afterPid = allOpenDescriptorTargets().count
+  guard afterPid == before + 10 else { endProcChild("10 sources from a pid: \(afterPid - before) descriptors, not 10") }
+  let pidfd = cgcd_pidfd_open(child, 0)
+  guard pidfd >= 0 else { endProcChild("pidfd_open failed") }
+  let fromPidfd = (0..<10).compactMap { _ in try? ProcSource(pidfd: pidfd, queue: .global()) }
+  guard fromPidfd.count == 10 else { endProcChild("ProcSource(pidfd:) failed") }
+  let afterPidfd = allOpenDescriptorTargets().count
+  guard afterPidfd == afterPid + 1 else {
+    endProcChild("10 sources from one pidfd: \(afterPidfd - afterPid - 1) descriptors beside the pidfd, not 0")
+  }
+  for source in fromPid + fromPidfd { source.resume() }
+  kill(child, SIGKILL)
+  _ = reapProcess(child)
+  endProcChild("ok")
+}
+
+private func checkOwnedPidfdClosedAfterExit() -> Never {
+  warmUpDispatch()
+  let pidfds = { openDescriptorTargets().filter { $0.value.contains("pidfd") }.count }
+  let child = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
+  guard child > 0 else { endProcChild("spawn failed") }
+  let before = pidfds()
+  guard let source = try? ProcSource(pid: child, queue: Queue(label: "proc.closed")) else {
+    endProcChild("ProcSource failed")
+  }
+  guard pidfds() == before + 1 else { endProcChild("no pidfd opened") }
+  let fired = Event()
+  source.setEventHandler { fired.signal() }
+  source.resume()
+  kill(child, SIGKILL)
+  guard fired.wait() else { endProcChild("no exit") }
+  guard pollUntil({ pidfds() == before }) else { endProcChild("the pidfd is still open after the exit") }
+  source.cancel()
+  _ = reapProcess(child)
   endProcChild("ok")
 }
 

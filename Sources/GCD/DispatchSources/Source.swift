@@ -111,6 +111,47 @@ public class Source: GCDObject, @unchecked Sendable {
     return (try create(type, handle: UInt(descriptor), queue: queue), nil)
   }
 
+  /// Creates the C source of a process source on `descriptor` (a pidfd): a DATA_OR source the
+  /// descriptor fence merges `bits` into once, when the process exits (a pidfd becomes readable
+  /// then, for good, and hangs up once the process is reaped: the fence keeps libdispatch from
+  /// seeing that, as for a socket). The watch leaves the fence with its one event, and closes the
+  /// descriptor then if it `owns` it (or in the cancel path, if it comes first). On a failure an
+  /// owned descriptor is closed before the error is thrown.
+  static func create(
+    pidfd descriptor: Int32, bits: UInt, owns: Bool, queue: Queue, operation: @autoclosure () -> String
+  ) throws(GCDError) -> (created: OpaquePointer, watch: DescriptorWatch) {
+    let merged: OpaquePointer
+    let fence: DescriptorFence
+    do {
+      fence = try DescriptorFence.shared(operation())
+      merged = try create(.dataOr, queue: queue)
+    } catch {
+      if owns { system_close(descriptor) }
+      throw error
+    }
+    let watch = DescriptorWatch(
+      raw: merged, queue: queue, fence: fence, descriptor: descriptor, writable: false, mergeValue: bits,
+      deliversOnce: true, closesDescriptor: owns)
+    let registration: DescriptorFence.Registration
+    do {
+      registration = try fence.register(watch, operation: operation())
+    } catch {
+      if owns { system_close(descriptor) }
+      discard(merged)
+      throw error
+    }
+    guard registration == .watched else {
+      if owns { system_close(descriptor) }
+      discard(merged)
+      throw GCDError(
+        operation: operation(), errno: Errno.invalidArgument,
+        detail: registration == .overLimit
+          ? "the kernel's limit of epoll paths to one file is reached (too many descriptors of this pidfd)"
+          : "epoll cannot watch this descriptor")
+    }
+    return (merged, watch)
+  }
+
   /// Releases a created C source no wrapper took over: cancelled and started first (libdispatch
   /// traps on the release of an inactive source).
   private static func discard(_ created: OpaquePointer) {

@@ -333,23 +333,36 @@ final class DescriptorFence: Sendable {
         let key = records.key(index)
         let descriptor = Int32(bitPattern: UInt32(truncatingIfNeeded: key))
         let events = records.events(index)
-        stripe(descriptor).table.withLock { table in
+        let finished = stripe(descriptor).table.withLock { table -> [DescriptorWatch] in
           guard let generation = table.entries[descriptor]?.generation,
             generation == UInt32(truncatingIfNeeded: key >> 32)
           else {
-            return  // removed, or replaced: a record of an earlier registration
+            return []  // removed, or replaced: a record of an earlier registration
           }
           let failed = events & system_epollError != 0
           let readable = failed || events & (system_epollIn | system_epollReadHangUp) != 0
           let writable = failed || events & system_epollOut != 0
+          // A watch that delivers once (a pidfd: its process has exited, for good) leaves the
+          // table with its event; the others are merged and wait for their re-arm. (An empty array
+          // allocates nothing: a read or write source's event costs what it did.)
+          var finished: [DescriptorWatch] = []
+          let mask = table.entries[descriptor]!.record(readable: readable, writable: writable) { watch in
+            Libdispatch.source_merge_data(watch.raw, watch.mergeValue)
+            if watch.deliversOnce { finished.append(watch) }
+          }
+          for watch in finished where table.entries[descriptor]!.unregister(watch) {
+            table.entries[descriptor] = nil
+            system_epoll_remove(instance, descriptor)
+          }
           // The record disabled the registration (one-shot): on again for the watches still armed.
-          if let mask = table.entries[descriptor]!.record(
-            readable: readable, writable: writable, merge: { Libdispatch.source_merge_data($0.raw, 1) }),
+          if table.entries[descriptor] != nil, let mask,
             system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key) == 0
           {
             table.entries[descriptor]!.kernelMask = mask
           }
+          return finished
         }
+        for watch in finished { watch.left() }
       }
     }
   }
@@ -423,7 +436,7 @@ final class DescriptorFence: Sendable {
       }
       return true
     }
-    if removed { Libdispatch.release(watch.raw) }
+    if removed { watch.left() }
   }
 
   /// Whether `watch` waits for the kernel now (tests: a merge disarms it until its handler ran).
@@ -482,6 +495,17 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   let descriptor: Int32
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
+  /// What an event merges into the C source: 1 for a read or write source; a process source's
+  /// exit bits.
+  let mergeValue: UInt
+  /// A watch whose one event is for good (a pidfd: its process has exited): it leaves the table
+  /// with the event (`DescriptorFence.read`), is never re-armed, and an event that found no
+  /// handler is merged again when one is set. Its data is the C source's (the merged bits), not
+  /// the descriptor's queue size.
+  let deliversOnce: Bool
+  /// The watch owns its descriptor (a pidfd `ProcSource(pid:)` opened) and closes it when it
+  /// leaves the table, once: after its event, or in the cancel path.
+  let closesDescriptor: Bool
   /// How a watch is armed.
   enum Arming {
     /// By its registration: a descriptor's first watch. Its start takes no lock, nor re-arms a
@@ -546,10 +570,16 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   /// The state of the source whose C object is `raw` (a DATA_OR source), its cancel block to be
   /// installed at once (its cleanup runs however the source ends).
-  init(raw: OpaquePointer, queue: Queue, fence: DescriptorFence, descriptor: Int32, writable: Bool) {
+  init(
+    raw: OpaquePointer, queue: Queue, fence: DescriptorFence, descriptor: Int32, writable: Bool,
+    mergeValue: UInt = 1, deliversOnce: Bool = false, closesDescriptor: Bool = false
+  ) {
     self.fence = fence
     self.descriptor = descriptor
     self.writable = writable
+    self.mergeValue = mergeValue
+    self.deliversOnce = deliversOnce
+    self.closesDescriptor = closesDescriptor
     super.init(raw: raw, queue: queue, cancelInstalled: true)
     // The C source is inactive: set at once. The block captures this state alone.
     Libdispatch.source_set_event_handler(raw) { [self] in fire() }
@@ -560,15 +590,28 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     guard let handler = handling.withLock({ $0.event() }) else { return }
     switch handler {
     case .plain(let body): inTargetFrame(body)
-    case .value(let body): inTargetFrame { body(estimate) }
+    case .value(let body): inTargetFrame { body(eventData()) }
     case .sequence: inTargetFrame { sequenceEvent() }
     }
-    eventDone()
+    if !deliversOnce { eventDone() }
   }
 
-  /// Records `handler`; re-arms a watch whose event found none.
+  /// Records `handler`; re-arms a watch whose event found none (one that delivers once gets its
+  /// event merged again: what it reported holds for good).
   private func setHandler(_ handler: Handler) {
-    if handling.withLock({ $0.set(handler) }) { eventDone() }
+    guard handling.withLock({ $0.set(handler) }) else { return }
+    if deliversOnce {
+      if !Libdispatch.source_testcancel(raw) { Libdispatch.source_merge_data(raw, mergeValue) }
+    } else {
+      eventDone()
+    }
+  }
+
+  /// The watch has left the fence's table (its event, or `unregister`): the descriptor it owns is
+  /// closed, and the table's reference to the C source (taken in `register`) is given back.
+  func left() {
+    if closesDescriptor { system_close(descriptor) }
+    Libdispatch.release(raw)
   }
 
   override func setEventHandler(_ handler: @escaping @Sendable () -> Void) { setHandler(.plain(handler)) }
@@ -599,7 +642,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     _ = handler
   }
 
-  override func eventData() -> UInt { estimate }
+  override func eventData() -> UInt { deliversOnce ? Libdispatch.source_get_data(raw) : estimate }
 
   /// After a handler: the watch waits for the kernel again (an always-ready one fires again). Not
   /// once the source is cancelled: its removal follows, with no re-arm before it.

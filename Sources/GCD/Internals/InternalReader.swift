@@ -3,8 +3,8 @@ import Synchronization
 /// An internal libdispatch read source on a descriptor the package owns, held in `Sendable`
 /// state (libdispatch objects are thread-safe).
 ///
-/// What `PressureTrigger` (a PSI trigger's epoll descriptor) and `PidWatcher` (a pidfd, or the
-/// epoll nest holding it) share: the reader is made and activated by `startReading`, cancelled by
+/// What `PressureTrigger` (a PSI trigger's epoll descriptor) uses: the reader is made and
+/// activated by `startReading`, cancelled by
 /// `stopReading`, and the owner's descriptors are closed exactly once — by `stopReading()` while
 /// idle, otherwise in the reader's cancel handler, after libdispatch has stopped watching.
 struct InternalReader: @unchecked Sendable {

@@ -196,6 +196,23 @@ private let brokenPipeCaught: Bool = {
 /// call): a close-on-exec descriptor that becomes readable when `pid` exits.
 func system_pidfd_open(_ pid: Int32) -> Int32 { cgcd_pidfd_open(pid, 0) }
 
+/// The process a pidfd refers to, from its `/proc/self/fdinfo` entry (`Pid:`; -1 once the process
+/// has been reaped); nil when `descriptor` is open but not a pidfd, or not open (errno `EBADF`).
+func system_pidfdProcess(_ descriptor: Int32) -> Int32? {
+  guard system_isOpen(descriptor) else { return nil }
+  let file = open("/proc/self/fdinfo/\(descriptor)", O_RDONLY | O_CLOEXEC)
+  guard file >= 0 else { return nil }
+  defer { close(file) }
+  var bytes = [UInt8](repeating: 0, count: 1024)
+  let count = bytes.withUnsafeMutableBytes { read(file, $0.baseAddress, $0.count) }
+  guard count > 0 else { return nil }
+  for line in bytes[0..<count].split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Pid:".utf8)) {
+    let value = String(decoding: line.dropFirst(4), as: UTF8.self).filter { $0 != "\t" && $0 != " " }
+    return Int32(value)
+  }
+  return nil
+}
+
 // MARK: - inotify
 
 /// `inotify_init1(IN_NONBLOCK | IN_CLOEXEC)`.
@@ -259,12 +276,6 @@ func system_epoll_add(_ epoll: Int32, _ descriptor: Int32, events: UInt32) -> In
 /// always readable, so `EPOLLIN` would mean nothing).
 func system_epoll_addPriority(_ epoll: Int32, _ descriptor: Int32) -> Int32 {
   system_epoll_add(epoll, descriptor, events: EPOLLPRI.rawValue)
-}
-
-/// `system_epoll_add` for `EPOLLIN`, or `EPOLLOUT` when `writable`: a descriptor source's nest
-/// (`EPERM`: epoll cannot watch this kind of file).
-func system_epoll_add(_ epoll: Int32, _ descriptor: Int32, writable: Bool) -> Int32 {
-  system_epoll_add(epoll, descriptor, events: writable ? EPOLLOUT.rawValue : EPOLLIN.rawValue)
 }
 
 /// `epoll_ctl(EPOLL_CTL_DEL)`; -1 and errno on failure (`EBADF` when `descriptor` is closed,
@@ -469,7 +480,7 @@ func system_memequal(_ first: UnsafeRawPointer, _ second: UnsafeRawPointer, _ co
   memcmp(first, second, count) == 0
 }
 
-// MARK: - The nest between libdispatch and a descriptor source's descriptor
+// MARK: - What a descriptor source reports
 
 /// The bytes `descriptor` has queued to read (`SIOCINQ`, as `FIONREAD`), or still to send
 /// (`SIOCOUTQ`) when `output`: what libdispatch reports as a read or write source's data; nil and

@@ -40,18 +40,17 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 /// `.exit` is delivered once, even when the process had already exited
 /// before `resume()`.
 ///
-/// On Linux the source holds a `pidfd_open(2)` descriptor on the process
-/// from creation (so the pid cannot be reused under it), in an epoll
-/// instance of its own (a pidfd hangs up once the process is reaped, and
-/// libdispatch must not see that: swift-corelibs-libdispatch#949), and, from
-/// the first `resume()`, an internal read source on that instance: two
-/// descriptors per source. Both are closed once,
-/// when the exit has been delivered or when this source is cancelled or
-/// dropped, whichever comes first. Once started, the descriptor is closed
-/// in the internal source's cancel handler, asynchronously, shortly after
-/// the cancel: a tight loop that creates and cancels thousands of started
-/// `ProcSource`s can hold that many descriptors for a moment (and meet the
-/// descriptor limit); pace such loops.
+/// On Linux the source watches a pidfd: `init(pid:)` opens one with
+/// `pidfd_open(2)` at creation (so the pid cannot be reused under it) and
+/// owns it; `init(pidfd:)` watches one the caller holds (from `clone3` or
+/// `pidfd_open`) and leaves it open. The pidfd sits in the package's
+/// descriptor fence, the one epoll instance that also holds the read and
+/// write sources' descriptors (a pidfd hangs up once its process is reaped,
+/// which libdispatch's epoll layer must not see:
+/// swift-corelibs-libdispatch#949): one descriptor per source from a pid,
+/// none from a pidfd. An owned pidfd is closed once, when the exit has been
+/// delivered or when this source is cancelled or dropped, whichever comes
+/// first.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
 public final class ProcSource: Source, @unchecked Sendable {
@@ -78,7 +77,8 @@ public final class ProcSource: Source, @unchecked Sendable {
     setValueHandler { handler(ProcEvents(rawValue: $0)) }
   }
 
-  /// The watched process.
+  /// The watched process (from `init(pidfd:)`: the pidfd's, as `/proc/self/fdinfo` gives it;
+  /// -1 when the process had been reaped already).
   public let pid: Int32
   /// The events the source watches (`mask`).
   public let watchedEvents: ProcEvents
@@ -88,7 +88,8 @@ public final class ProcSource: Source, @unchecked Sendable {
   ///
   /// - Throws: `GCDError` with `ESRCH` when there is no process `pid` (it
   ///   never existed, or it has exited and been reaped); `EMFILE` naming
-  ///   `pidfd_open` or `epoll_create1` when no descriptor is left; `ENOTSUP` for
+  ///   `pidfd_open` when no descriptor is left (or `epoll_create1`, for the process's first
+  ///   source of a descriptor: the fence's instance); `ENOTSUP` for
   ///   `.fork`, `.exec` and `.signal`, which Linux cannot deliver to an
   ///   unprivileged process; `EINVAL` for an empty event set (it would never
   ///   fire) and for a pid below 1. Bits beside
@@ -103,6 +104,51 @@ public final class ProcSource: Source, @unchecked Sendable {
   /// The corresponding C function is `dispatch_source_create`.
   public init(pid: Int32, events: ProcEvents = .exit, queue: Queue) throws(GCDError) {
     let operation = "ProcSource(pid: \(pid), events: \(events))"
+    try ProcSource.check(events, operation)
+    guard pid > 0 else {
+      throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "a process id is 1 or more")
+    }
+    let descriptor = try checkedCall(operation + ": pidfd_open", detail: ProcSource.explain) {
+      system_pidfd_open(pid)
+    }
+    let (created, watch) = try Source.create(
+      pidfd: descriptor, bits: events.intersection(.exit).rawValue, owns: true, queue: queue, operation: operation)
+    self.pid = pid
+    watchedEvents = events
+    super.init(created: created, queue: queue, watch: watch)
+  }
+
+  /// Creates a source that watches the process `pidfd` refers to, for `events`, with handlers on
+  /// `queue`. The source does not close `pidfd` (it is the caller's, as a `ReadSource`'s
+  /// descriptor is): keep it open until the source is cancelled. It costs no descriptor.
+  ///
+  /// - Throws: `GCDError` with `EBADF` when `pidfd` is not an open descriptor, `EINVAL` when it is
+  ///   not a pidfd, for an empty event set and on the other errors of `init(pid:events:queue:)`.
+  ///
+  /// - Parameters:
+  ///   - pidfd: A pidfd (from `pidfd_open(2)`, or `clone3` with `CLONE_PIDFD`).
+  ///   - events: What to watch for; only `.exit` on Linux.
+  ///   - queue: The queue the handlers run on.
+  ///
+  /// The corresponding C function is `dispatch_source_create` (with the pidfd's process).
+  public init(pidfd: Int32, events: ProcEvents = .exit, queue: Queue) throws(GCDError) {
+    let operation = "ProcSource(pidfd: \(pidfd), events: \(events))"
+    try ProcSource.check(events, operation)
+    guard let process = system_pidfdProcess(pidfd) else {
+      if !system_isOpen(pidfd) {
+        throw GCDError(operation: operation, errno: Errno.badFileDescriptor, detail: "not an open file descriptor")
+      }
+      throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "not a pidfd")
+    }
+    let (created, watch) = try Source.create(
+      pidfd: pidfd, bits: events.intersection(.exit).rawValue, owns: false, queue: queue, operation: operation)
+    self.pid = process
+    watchedEvents = events
+    super.init(created: created, queue: queue, watch: watch)
+  }
+
+  /// The event set's checks, shared by the initializers.
+  private static func check(_ events: ProcEvents, _ operation: String) throws(GCDError) {
     guard !events.isEmpty else {
       throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "no events to watch")
     }
@@ -114,32 +160,6 @@ public final class ProcSource: Source, @unchecked Sendable {
         detail: "unsupported on Linux: \(unsupported) (only .exit can be observed without ptrace or"
           + " the privileged process-events connector)")
     }
-    guard pid > 0 else {
-      throw GCDError(operation: operation, errno: Errno.invalidArgument, detail: "a process id is 1 or more")
-    }
-    let descriptor = try checkedCall(operation + ": pidfd_open", detail: ProcSource.explain) {
-      system_pidfd_open(pid)
-    }
-    // The pidfd hangs up once the process is reaped: libdispatch watches it through a nest.
-    let nest: EpollNest?
-    do {
-      nest = try EpollNest.make(watching: descriptor, operation: operation)
-    } catch {
-      system_close(descriptor)
-      throw error
-    }
-    let created: OpaquePointer
-    do {
-      created = try Source.createWatcherTarget(queue: queue, closingOnFailure: descriptor)
-    } catch {
-      nest?.close()
-      throw error
-    }
-    let watcher = PidWatcher(
-      descriptor: descriptor, nest: nest, bits: events.intersection(.exit).rawValue, target: created)
-    self.pid = pid
-    watchedEvents = events
-    super.init(created: created, queue: queue, ownedCleanup: { watcher.stop() }, onActivate: { watcher.start() })
   }
 
   /// What an errno from `pidfd_open` means here.
