@@ -272,6 +272,32 @@ struct ProcSourceTests {
     #expect(fcntl(pidfd, F_GETFD) != -1, "the caller's pidfd was closed")
   }
 
+  @Test("resumed before its handler is set, on a process that has exited: .exit once the handler is set, once")
+  func handlerSetAfterResume() async throws {
+    let child = try spawnProcess("/bin/true")
+    defer { _ = reapProcess(child) }
+    var info = siginfo_t()
+    #expect(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) == 0)
+    let queue = Queue(label: "proc.late-handler")
+    let source = try ProcSource(pid: child, queue: queue)
+    source.resume()
+    // The exit is ready at once: its event has found no handler by the time this runs on the
+    // queue, or it comes after; either way the handler set now sees it once.
+    await queue.run {}
+    let seen = Recorder<ProcEvents>()
+    let fired = Event()
+    source.setEventHandler { events in
+      seen.append(events)
+      fired.signal()
+    }
+    blocking {
+      #expect(fired.wait())
+      #expect(!pollBriefly { seen.count > 1 })
+    }
+    #expect(seen.values == [.exit])
+    source.cancel()
+  }
+
   @Test("init(pidfd:) refuses a descriptor that is not a pidfd (EINVAL) and one that is not open (EBADF)")
   func pidfdInitRefusesOtherDescriptors() throws {
     let (readEnd, writeEnd) = makePipe()
@@ -340,26 +366,34 @@ private func checkDescriptorsPerProcSource() -> Never {
   warmUpDispatch()
   let child = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
   guard child > 0 else { endProcChild("spawn failed") }
-  // The fence's instance, made once for the process: by a first source, before the count.
-  guard let first = try? ProcSource(pid: child, queue: .global()) else { endProcChild("ProcSource failed") }
+  // The sleeping child holds this process's standard error too: it goes before any ending.
+  func end(_ message: String) -> Never {
+    kill(child, SIGKILL)
+    _ = reapProcess(child)
+    endProcChild(message)
+  }
+  // The fence's instance, made once for the process: by a first source, before the count; its
+  // pidfd closed (in its cancel path, before the cancel handler) before the count too.
+  guard let first = try? ProcSource(pid: child, queue: .global()) else { end("ProcSource failed") }
+  let cancelled = Event()
+  first.setCancelHandler { cancelled.signal() }
   first.cancel()
+  guard cancelled.wait() else { end("the first source's cancel handler did not run") }
   let before = allOpenDescriptorTargets().count
   let fromPid = (0..<10).compactMap { _ in try? ProcSource(pid: child, queue: .global()) }
-  guard fromPid.count == 10 else { endProcChild("ProcSource(pid:) failed") }
+  guard fromPid.count == 10 else { end("ProcSource(pid:) failed") }
   let afterPid = allOpenDescriptorTargets().count
-  guard afterPid == before + 10 else { endProcChild("10 sources from a pid: \(afterPid - before) descriptors, not 10") }
+  guard afterPid == before + 10 else { end("10 sources from a pid: \(afterPid - before) descriptors, not 10") }
   let pidfd = cgcd_pidfd_open(child, 0)
-  guard pidfd >= 0 else { endProcChild("pidfd_open failed") }
+  guard pidfd >= 0 else { end("pidfd_open failed") }
   let fromPidfd = (0..<10).compactMap { _ in try? ProcSource(pidfd: pidfd, queue: .global()) }
-  guard fromPidfd.count == 10 else { endProcChild("ProcSource(pidfd:) failed") }
+  guard fromPidfd.count == 10 else { end("ProcSource(pidfd:) failed") }
   let afterPidfd = allOpenDescriptorTargets().count
   guard afterPidfd == afterPid + 1 else {
-    endProcChild("10 sources from one pidfd: \(afterPidfd - afterPid - 1) descriptors beside the pidfd, not 0")
+    end("10 sources from one pidfd: \(afterPidfd - afterPid - 1) descriptors beside the pidfd, not 0")
   }
   for source in fromPid + fromPidfd { source.resume() }
-  kill(child, SIGKILL)
-  _ = reapProcess(child)
-  endProcChild("ok")
+  end("ok")
 }
 
 private func checkOwnedPidfdClosedAfterExit() -> Never {
@@ -367,20 +401,22 @@ private func checkOwnedPidfdClosedAfterExit() -> Never {
   let pidfds = { openDescriptorTargets().filter { $0.value.contains("pidfd") }.count }
   let child = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
   guard child > 0 else { endProcChild("spawn failed") }
-  let before = pidfds()
-  guard let source = try? ProcSource(pid: child, queue: Queue(label: "proc.closed")) else {
-    endProcChild("ProcSource failed")
+  func end(_ message: String) -> Never {
+    kill(child, SIGKILL)
+    _ = reapProcess(child)
+    endProcChild(message)
   }
-  guard pidfds() == before + 1 else { endProcChild("no pidfd opened") }
+  let before = pidfds()
+  guard let source = try? ProcSource(pid: child, queue: Queue(label: "proc.closed")) else { end("ProcSource failed") }
+  guard pidfds() == before + 1 else { end("no pidfd opened") }
   let fired = Event()
   source.setEventHandler { fired.signal() }
   source.resume()
   kill(child, SIGKILL)
-  guard fired.wait() else { endProcChild("no exit") }
-  guard pollUntil({ pidfds() == before }) else { endProcChild("the pidfd is still open after the exit") }
+  guard fired.wait() else { end("no exit") }
+  guard pollUntil({ pidfds() == before }) else { end("the pidfd is still open after the exit") }
   source.cancel()
-  _ = reapProcess(child)
-  endProcChild("ok")
+  end("ok")
 }
 
 private func checkThousandProcSourcesLeakNothing() -> Never {

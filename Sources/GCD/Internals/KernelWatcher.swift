@@ -1,8 +1,9 @@
-/// What `ProcSource` (a pidfd) and `FileSystemSource` (an inotify watch)
-/// share: a kernel object the package watches on the user's behalf, whose
-/// events it turns into flags merged into the user's DATA_OR source.
+/// What `FileSystemSource` (an inotify watch) and the pressure sources share:
+/// a kernel object the package watches on the user's behalf, whose events it
+/// turns into flags merged into the user's DATA_OR source. (`ProcSource`'s
+/// pidfd is a watch of the descriptor fence instead: `DescriptorWatch`.)
 ///
-/// One shape for both: the watcher is made with its kernel object open and
+/// One shape for all: the watcher is made with its kernel object open and
 /// its target attached (retained) in the user source's initializer; `start`
 /// runs at the source's first `resume()` and begins delivery; `stop` runs
 /// in the source's cancel path, closes the kernel object and releases the
