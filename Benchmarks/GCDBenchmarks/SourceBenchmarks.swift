@@ -76,6 +76,15 @@ func sourceBenchmarks(_ c: CLibrary?, fixtures: SourceFixtures) -> [Benchmark] {
         .dispatch: .run(dispatchTimerHandlersCycle),
       ]),
     Benchmark(
+      name: "connection_cycle",
+      title:
+        "a connection's read source: socketpair + read source + the peer writes 1 byte + the handler reads it"
+        + " and cancels + the cancel handler closes",
+      count: 5_000,
+      runners: [
+        .c: c.runner("connection_cycle"), .gcd: .run(gcdConnectionCycle), .dispatch: .run(dispatchConnectionCycle),
+      ]),
+    Benchmark(
       name: "source_events_cycle",
       title:
         "a DATA_ADD source's event sequence: create + makeEvents() + merge(1) + one element + break (cancel) "
@@ -457,4 +466,70 @@ func dispatchEventLatency(_ count: Int) -> Sample {
   source.cancel()
   queue.sync {}
   return Statistics.latencySample(record.latencies)
+}
+
+// MARK: - A connection's cycle
+
+/// A connected pair of non-blocking, close-on-exec Unix stream sockets.
+private func connectedPair() -> (Int32, Int32) {
+  var fds: [Int32] = [-1, -1]
+  check(
+    socketpair(
+      AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
+      == 0, "socketpair")
+  return (fds[0], fds[1])
+}
+
+@inline(never)
+func gcdConnectionCycle(_ count: Int) -> Sample {
+  let queue = Queue(label: "bench.connection")
+  let done = DispatchSemaphore(value: 0)
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    let (descriptor, peer) = connectedPair()
+    let source = try! ReadSource(fileDescriptor: descriptor, queue: queue)
+    source.setEventHandler {
+      var byte: UInt8 = 0
+      _ = read(descriptor, &byte, 1)
+      source.cancel()
+    }
+    source.setCancelHandler {
+      close(descriptor)
+      done.signal()
+    }
+    source.resume()
+    var byte: UInt8 = 120
+    check(write(peer, &byte, 1) == 1, "write")
+    done.wait()
+    close(peer)
+  }
+  let end = monotonicNanos()
+  return Sample(start: start, end: end, count: count)
+}
+
+@inline(never)
+func dispatchConnectionCycle(_ count: Int) -> Sample {
+  let queue = DispatchQueue(label: "bench.connection")
+  let done = DispatchSemaphore(value: 0)
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    let (descriptor, peer) = connectedPair()
+    let source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
+    source.setEventHandler {
+      var byte: UInt8 = 0
+      _ = read(descriptor, &byte, 1)
+      source.cancel()
+    }
+    source.setCancelHandler {
+      close(descriptor)
+      done.signal()
+    }
+    source.resume()
+    var byte: UInt8 = 120
+    check(write(peer, &byte, 1) == 1, "write")
+    done.wait()
+    close(peer)
+  }
+  let end = monotonicNanos()
+  return Sample(start: start, end: end, count: count)
 }

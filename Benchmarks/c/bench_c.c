@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -286,6 +287,40 @@ EXPORT double bench_c_source_data_or(int64_t n, double *extra) {
 EXPORT double bench_c_source_data_replace(int64_t n, double *extra) {
   (void)extra;
   return source_cycle(DISPATCH_SOURCE_TYPE_DATA_REPLACE, 0, n);
+}
+
+// A connection's read source, as a server has one: a socket pair, a read source on one end, the
+// peer writes one byte, the handler reads it and cancels, the cancel handler closes the end.
+EXPORT double bench_c_connection_cycle(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.connection", NULL);
+  dispatch_semaphore_t done = dispatch_semaphore_create(0);
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    int fds[2];
+    check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
+    int fd = fds[0];
+    dispatch_source_t source = dispatch_source_create(DISPATCH_SOURCE_TYPE_READ, (uintptr_t)fd, 0, queue);
+    dispatch_source_set_event_handler(source, ^{
+      char byte;
+      (void)read(fd, &byte, 1);
+      dispatch_source_cancel(source);
+    });
+    dispatch_source_set_cancel_handler(source, ^{
+      close(fd);
+      dispatch_semaphore_signal(done);
+    });
+    dispatch_resume(source);
+    char byte = 'x';
+    check(write(fds[1], &byte, 1) == 1, "write");
+    dispatch_semaphore_wait(done, DISPATCH_TIME_FOREVER);
+    dispatch_release(source);
+    close(fds[1]);
+  }
+  int64_t end = now_ns();
+  dispatch_release(done);
+  dispatch_release(queue);
+  return per_op(start, end, n);
 }
 
 // MARK: - Latency
