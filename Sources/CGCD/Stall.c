@@ -63,6 +63,9 @@ static pthread_once_t cgcd_stall_key_once = PTHREAD_ONCE_INIT;
 // and go): records are never freed, so the monitor's reads never touch freed memory.
 static void cgcd_stall_thread_ended(void *record) {
   struct cgcd_stall_thread *thread = record;
+  // Forgotten first: watched work that a later destructor of this thread runs takes a record
+  // again (and this destructor runs again for it), never writes into one another thread claimed.
+  cgcd_stall_self = NULL;
   atomic_store_explicit(&thread->depth, 0, memory_order_release);
   atomic_store_explicit(&thread->in_use, 0, memory_order_release);
 }

@@ -1,4 +1,5 @@
 import CGCD
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -138,8 +139,22 @@ func stallProbeStart(slot: Int) -> UInt64? {
   return start == 0 ? nil : start
 }
 
+/// Symbols already looked up (a report's site repeats at each doubling; the executable's symbol
+/// table is scanned once per address).
+private let stallSymbols = Mutex<[UInt: String?]>([:])
+
 /// The symbol of the code at `address` (demangled), or the binary and offset; nil for 0.
 func stallSymbol(_ address: UInt) -> String? {
+  if let known = stallSymbols.withLock({ $0[address] }) { return known }
+  let found = stallLookUpSymbol(address)
+  stallSymbols.withLock { symbols in
+    if symbols.count >= 4096 { symbols.removeAll() }
+    symbols[address] = found
+  }
+  return found
+}
+
+private func stallLookUpSymbol(_ address: UInt) -> String? {
   guard address != 0 else { return nil }
   var symbol: UnsafePointer<CChar>?
   var file: UnsafePointer<CChar>?
