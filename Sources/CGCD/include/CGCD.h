@@ -18,6 +18,15 @@
 
 #pragma clang assume_nonnull begin
 
+// MARK: - Stall watching: the one word every submission and run checks (Stall.c)
+
+/// Nonzero while a `StallMonitor` watches: the package's submissions and runs take their watched
+/// path. Hidden: the package's Swift code reads it with one RIP-relative load.
+extern int cgcd_stall_watching __attribute__((visibility("hidden")));
+
+/// Whether a monitor watches (a relaxed load: the one cost of the feature when it is off).
+static inline int cgcd_stall_is_watching(void) { return __atomic_load_n(&cgcd_stall_watching, __ATOMIC_RELAXED); }
+
 // MARK: - Object lifetime (unavailable in Swift: "Can't be used with ARC")
 
 /// The corresponding C function is `dispatch_retain`.
@@ -147,8 +156,7 @@ extern void cgcd_dispatch_barrier_sync_f(void *queue, void *_Nullable context, v
 /// as it is. Inline, so the Swift caller makes the C call itself.
 static inline void cgcd_sync_function_here(void *queue, uintptr_t flags, uintptr_t barrier, void *_Nullable context,
                                            void (*function)(void *_Nullable)) {
-  extern int cgcd_stall_watching __attribute__((visibility("hidden")));
-  if (__builtin_expect(__atomic_load_n(&cgcd_stall_watching, __ATOMIC_RELAXED), 0)) {
+  if (__builtin_expect(cgcd_stall_is_watching(), 0)) {
     cgcd_sync_function(queue, flags, barrier, context, function);  // watched in its trampoline
     return;
   }
@@ -364,13 +372,6 @@ extern int cgcd_pthread_setname_np(unsigned long thread, const char *name) __asm
 
 
 // MARK: - Stall watching (Stall.c)
-
-/// Nonzero while a `StallMonitor` watches: the package's submissions and runs take their watched
-/// path. Hidden: the package's Swift code reads it with one RIP-relative load.
-extern int cgcd_stall_watching __attribute__((visibility("hidden")));
-
-/// Whether a monitor watches (a relaxed load: the one cost of the feature when it is off).
-static inline int cgcd_stall_is_watching(void) { return __atomic_load_n(&cgcd_stall_watching, __ATOMIC_RELAXED); }
 
 void cgcd_stall_set_watching(int on);
 
