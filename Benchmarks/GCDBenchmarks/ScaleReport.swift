@@ -249,13 +249,7 @@ func readWholeFile(_ path: String) -> String? {
 
 /// Replaces what lies between `<!-- scale:begin -->` and `<!-- scale:end -->` in the file at `path`.
 func replaceScaleSection(in path: String, with text: String) -> Bool {
-  guard let file = fopen(path, "r") else { return false }
-  var contents = ""
-  var buffer = [CChar](repeating: 0, count: 4096)
-  while fgets(&buffer, Int32(buffer.count), file) != nil {
-    contents += String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-  }
-  fclose(file)
+  guard var contents = readWholeFile(path) else { return false }
   let lines = contents.split(separator: "\n", omittingEmptySubsequences: false)
   guard let begin = lines.firstIndex(of: "<!-- scale:begin -->"),
     let end = lines.firstIndex(of: "<!-- scale:end -->"), begin < end
