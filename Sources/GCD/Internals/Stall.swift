@@ -230,22 +230,12 @@ private func stallSyscallName(_ number: Substring) -> String {
   return names[number].map { " (\($0))" } ?? ""
 }
 
+/// A small `/proc` file's text without its trailing newline, spaces or NULs; nil when unreadable.
 private func stallReadSmallFile(_ path: String) -> String? {
-  let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-  guard descriptor >= 0 else { return nil }
-  defer { close(descriptor) }
-  var buffer = [UInt8](repeating: 0, count: 512)
-  let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-  guard count > 0 else { return nil }
-  return String(decoding: buffer[0..<count], as: UTF8.self).trimmingSuffix()
-}
-
-extension String {
-  fileprivate func trimmingSuffix() -> String {
-    var text = Substring(self)
-    while let last = text.last, last == "\n" || last == " " || last == "\0" { text.removeLast() }
-    return String(text)
-  }
+  guard case .success(let text) = system_readSmallFile(path) else { return nil }
+  var trimmed = Substring(text)
+  while let last = trimmed.last, last == "\n" || last == " " || last == "\0" { trimmed.removeLast() }
+  return String(trimmed)
 }
 
 /// The return addresses found on the stack of thread `threadID`, symbolicated, innermost first:
@@ -299,25 +289,14 @@ private func stallFollowsCall(_ address: UInt) -> Bool {
 
 /// The executable mappings of this process (`/proc/self/maps`).
 private func stallExecutableRanges() -> [ClosedRange<UInt>] {
-  let descriptor = open("/proc/self/maps", O_RDONLY | O_CLOEXEC)
-  guard descriptor >= 0 else { return [] }
-  defer { close(descriptor) }
-  var text: [UInt8] = []
-  var chunk = [UInt8](repeating: 0, count: 16 * 1024)
-  while true {
-    let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-    if count <= 0 { break }
-    text += chunk[0..<count]
-  }
+  guard let maps = stallReadSmallFile("/proc/self/maps") else { return [] }
   var ranges: [ClosedRange<UInt>] = []
-  for line in text.split(separator: UInt8(ascii: "\n")) {
-    let fields = line.split(separator: UInt8(ascii: " "), maxSplits: 2)
-    guard fields.count >= 2, fields[1].count >= 3, fields[1][fields[1].startIndex + 2] == UInt8(ascii: "x") else {
-      continue
-    }
-    let bounds = fields[0].split(separator: UInt8(ascii: "-"))
-    guard bounds.count == 2, let low = UInt(String(decoding: bounds[0], as: UTF8.self), radix: 16),
-      let high = UInt(String(decoding: bounds[1], as: UTF8.self), radix: 16), high > low
+  for line in maps.split(separator: "\n") {
+    let fields = line.split(separator: " ", maxSplits: 2)
+    guard fields.count >= 2, fields[1].count >= 3, fields[1][fields[1].index(fields[1].startIndex, offsetBy: 2)] == "x"
+    else { continue }
+    let bounds = fields[0].split(separator: "-")
+    guard bounds.count == 2, let low = UInt(bounds[0], radix: 16), let high = UInt(bounds[1], radix: 16), high > low
     else { continue }
     ranges.append(low...(high - 1))
   }

@@ -199,16 +199,10 @@ func system_pidfd_open(_ pid: Int32) -> Int32 { cgcd_pidfd_open(pid, 0) }
 /// The process a pidfd refers to, from its `/proc/self/fdinfo` entry (`Pid:`; -1 once the process
 /// has been reaped); nil when `descriptor` is open but not a pidfd, or not open (errno `EBADF`).
 func system_pidfdProcess(_ descriptor: Int32) -> Int32? {
-  guard system_isOpen(descriptor) else { return nil }
-  let file = open("/proc/self/fdinfo/\(descriptor)", O_RDONLY | O_CLOEXEC)
-  guard file >= 0 else { return nil }
-  defer { close(file) }
-  var bytes = [UInt8](repeating: 0, count: 1024)
-  let count = bytes.withUnsafeMutableBytes { read(file, $0.baseAddress, $0.count) }
-  guard count > 0 else { return nil }
-  for line in bytes[0..<count].split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Pid:".utf8)) {
-    let value = String(decoding: line.dropFirst(4), as: UTF8.self).filter { $0 != "\t" && $0 != " " }
-    return Int32(value)
+  guard system_isOpen(descriptor), case .success(let info) = system_readSmallFile("/proc/self/fdinfo/\(descriptor)")
+  else { return nil }
+  for line in info.split(separator: "\n") where line.hasPrefix("Pid:") {
+    return Int32(line.dropFirst(4).filter { $0 != "\t" && $0 != " " })
   }
   return nil
 }
