@@ -270,6 +270,13 @@ extension RegistrationTests {
 @available(*, noasync, message: "blocks the thread")
 private func raceRegistrationWindow(rounds: Int) {
   let racer = Queue(label: "registration.racer")
+  // Every round's queues are kept to the end: ThreadSanitizer's libdispatch interceptor remembers,
+  // unretained, the queue a source targets when a handler is set, and reads it after each call of
+  // that handler; the package's cancel block may still be in that read when the round's last wait
+  // returns, and a freed queue there stops TSan with a CHECK (`IsQueueSerial`, width 0: seen once
+  // in a CI run; docs/reliability.md, "Two crashes seen in the sanitized runs").
+  var kept: [Queue] = []
+  defer { withExtendedLifetime(kept) {} }
   for round in 0..<rounds {
     let first = Queue(label: "registration.first")
     let second = Queue(label: "registration.second")
@@ -309,6 +316,7 @@ private func raceRegistrationWindow(rounds: Int) {
     childCheck(!registrationWrong.load(ordering: .relaxed), "round \(round): the registration handler ran elsewhere")
     childCheck(source.queue === (retargets ? second : first), "round \(round): the source's queue")
     withExtendedLifetime(events) {}
+    kept += [first, second]
   }
 }
 
