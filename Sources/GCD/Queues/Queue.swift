@@ -79,8 +79,13 @@ public class Queue: GCDObject, @unchecked Sendable {
     if initiallyInactive {
       attr = Libdispatch.queue_attr_make_initially_inactive(attr)
     }
+    let created = label.withCString { Libdispatch.queue_create($0, attr) }
+    // A queue made at the address of a freed one must not continue its statistics row. Here, before
+    // the wrapper exists: a check after `super.init` kept the optimizer from treating the new
+    // wrapper's `flags` as known (`sync` on a queue made in the same function: 2 instructions).
+    if _slowPath(stallWatching) { stallForget(created) }
     self.init(
-      created: label.withCString { Libdispatch.queue_create($0, attr) },
+      created: created,
       flags: (kind == .serial ? frameExclusive : 0) | (initiallyInactive ? Queue.createdInactiveFlag : 0),
       state: initiallyInactive ? .inactive : .active)
     if let target {
@@ -94,8 +99,6 @@ public class Queue: GCDObject, @unchecked Sendable {
     self.flags = flags
     self.state = Atomic(state)
     super.init(raw: raw)
-    // A queue made at the address of a freed one must not continue its statistics row.
-    if _slowPath(stallWatching) { stallForget(raw) }
   }
 
   /// Wraps a global or the main queue (never released).
