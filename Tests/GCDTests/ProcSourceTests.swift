@@ -240,8 +240,7 @@ struct ProcSourceTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       checkPidDescriptorIsCloseOnExec()
     }
-    let message = standardError(of: result)
-    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+    expectProcChildOK(result)
   }
 
   @Test("init(pidfd:) watches the caller's pidfd: .exit once, and the pidfd stays open after the cancel")
@@ -318,8 +317,7 @@ struct ProcSourceTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       checkDescriptorsPerProcSource()
     }
-    let message = standardError(of: result)
-    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+    expectProcChildOK(result)
   }
 
   @Test("an owned pidfd is closed once the exit is delivered, before the source is cancelled")
@@ -327,8 +325,7 @@ struct ProcSourceTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       checkOwnedPidfdClosedAfterExit()
     }
-    let message = standardError(of: result)
-    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+    expectProcChildOK(result)
   }
 
   @Test func thousandSourcesInEveryStateLeakNoDescriptor() async {
@@ -336,8 +333,7 @@ struct ProcSourceTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       checkThousandProcSourcesLeakNothing()
     }
-    let message = standardError(of: result)
-    #expect(message.contains("ProcSourceTests child: ok"), "\(message)")
+    expectProcChildOK(result)
   }
 }
 
@@ -476,6 +472,12 @@ private func createAndDropThousandProcSources(running: pid_t, exited: pid_t, que
 /// Ends an exit test's child, reporting `message` on standard error, where
 /// the parent looks for "ok" (the status stays 0 so that the parent gets
 /// the message; a crash still fails the status check).
+/// The parent's check of a child that ends with `endProcChild("ok")` once every check passed.
+private func expectProcChildOK(_ result: ExitTest.Result?, sourceLocation: SourceLocation = #_sourceLocation) {
+  let message = standardError(of: result)
+  #expect(message.contains("ProcSourceTests child: ok"), "\(message)", sourceLocation: sourceLocation)
+}
+
 private func endProcChild(_ message: String) -> Never {
   let text = Array("ProcSourceTests child: \(message)\n".utf8)
   _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }

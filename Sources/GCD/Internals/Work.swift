@@ -25,9 +25,10 @@ struct Work {
   /// call; `run` takes it back and frees it.
   @inlinable
   static func context(
-    _ body: @escaping @Sendable () -> Void, queue: OpaquePointer, flags: UInt, group: Group? = nil
+    _ body: @escaping @Sendable () -> Void, queue: OpaquePointer, flags: UInt, group: Group? = nil,
+    extraBytes: Int = 0
   ) -> UnsafeMutableRawPointer {
-    let memory = system_malloc(MemoryLayout<Work>.stride)
+    let memory = system_malloc(MemoryLayout<Work>.stride + extraBytes)
     memory.assumingMemoryBound(to: Work.self).initialize(
       to: Work(body, queue: queue, flags: flags, group: group))
     return memory
@@ -55,9 +56,7 @@ struct Work {
     _ body: @escaping @Sendable () -> Void, queue: OpaquePointer, flags: UInt, group: Group? = nil
   ) -> UnsafeMutableRawPointer {
     stallSubmitted(queue)
-    let memory = system_malloc(MemoryLayout<Work>.stride + MemoryLayout<UInt64>.size)
-    memory.assumingMemoryBound(to: Work.self).initialize(
-      to: Work(body, queue: queue, flags: flags, group: group))
+    let memory = context(body, queue: queue, flags: flags, group: group, extraBytes: MemoryLayout<UInt64>.size)
     (memory + MemoryLayout<Work>.stride).storeBytes(of: stallNow, as: UInt64.self)
     return memory
   }
