@@ -18,7 +18,9 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   case readsBesideWrites
   case reopenAfterEnd
   case closedReaderEndsWrite
+  case hungUpTerminalEndsWrite
   case stopWaitsForBarrier
+  case barrierPerDescriptor
 
   /// What `import Dispatch` does.
   var dispatch: String {
@@ -50,8 +52,12 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "a channel made over a descriptor whose earlier channels have all closed, while their record is still ending, can save the `O_NONBLOCK` that record set as the caller's flags and restore that at its end: the descriptor is left non-blocking"
     case .closedReaderEndsWrite:
       "a write waiting for room in a pipe whose reader then closes never ends (no `EPIPE`), nor do the writes queued behind it, until a stop ends them with `ECANCELED`"
+    case .hungUpTerminalEndsWrite:
+      "a write to a pseudo-terminal's master whose slave closed, once the terminal's buffers are full (about 14 KB), never ends, nor do the writes queued behind it, until a stop ends them with `ECANCELED` (its reads end with `EIO`)"
     case .stopWaitsForBarrier:
       "`close(flags: .stop)` after a barrier that waits for a pending operation waits behind it: a read that gets no bytes is not stopped until the stream ends"
+    case .barrierPerDescriptor:
+      "a stream channel's barrier waits for the pending operations of every channel over the descriptor, and holds their later operations and stops until it ran (one barrier queue and group per descriptor, io.c)"
     }
   }
 
@@ -81,8 +87,11 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .reopenAfterEnd:
       "the record (`StreamDescriptor`) restores the flags under its table's lock, so a channel made meanwhile reads the caller's flags; they are restored when its own last channel ends"
     case .closedReaderEndsWrite: "the write ends with `EPIPE`, and so do the writes behind it"
+    case .hungUpTerminalEndsWrite: "the write ends with `EIO`, as the reads do, and so do the writes behind it"
     case .stopWaitsForBarrier:
       "`close(stop: true)` ends every pending operation at once with `ECANCELED`, those before a barrier included; the barrier then runs"
+    case .barrierPerDescriptor:
+      "a barrier waits for its own channel's operations and holds its own channel's later ones, as `dispatch_io_barrier`'s documentation says"
     }
   }
 
@@ -111,7 +120,11 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .reopenAfterEnd:
       "a descriptor handed back to its owner must have its flags as they were"
     case .closedReaderEndsWrite: "a writer must learn that its reader went away rather than wait for good"
+    case .hungUpTerminalEndsWrite:
+      "the hang-up stays and wakes the write registration at once, again and again: the engine must end the write or spin a core (it did, before this row)"
     case .stopWaitsForBarrier: "a stop is how a caller gets out of an operation that may wait for good"
+    case .barrierPerDescriptor:
+      "a channel that reads a socket must not wait for a write another channel over it has pending, nor stop waiting when its own barrier would"
     }
   }
 
@@ -147,8 +160,12 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "before a channel over the descriptor whose earlier channels are all closed with no operation pending, the Dispatch run waits for their cleanups and the flags to be back; the GCD run does not"
     case .closedReaderEndsWrite:
       "neither run waits for a write on a pipe's write end pending when the peer closed the read end (or queued behind one); at the end each checks its own errno (`EPIPE`; for Dispatch `ECANCELED` from the teardown's stop, or `EPIPE`) and both report the verdict with the row's tag"
+    case .hungUpTerminalEndsWrite:
+      "a terminal's write issued, or pending, after the slave closed is checked as `closedReaderEndsWrite`'s (the package's: done, or `EIO`; libdispatch's: done, or `ECANCELED` from the teardown's stop, which stops channels closed without stop too); after such a write, reads and barriers are skipped on both sides, with the row's tag"
     case .stopWaitsForBarrier:
       "a `close(stop: true)` of a channel (and a reuse of the number, which stops every channel) while one of its barriers waits for an operation is skipped on both sides, with the row's tag"
+    case .barrierPerDescriptor:
+      "a barrier is issued only while no other channel over the descriptor has an operation pending, and no read or write of another channel while a barrier waits; a stop while any channel's barrier waits is skipped (`stopWaitsForBarrier`): all on both sides, with the row's tag"
     }
   }
 

@@ -469,6 +469,54 @@ struct IOChannelTests {
     #expect(read.finalError == 0)
   }
 
+  @Test(
+    "a write to a pseudo-terminal's master whose slave closed ends with EIO once the terminal is full, and so does the next (libdispatch's waits for good)"
+  )
+  func hungUpTerminalEndsWrites() {
+    // The master's writes fill the terminal's buffers (about 14 KB), then find no room, and the
+    // hang-up wakes the write registration again at once: the engine spun a core on it (622,190
+    // failed writes in 76 s in the differential's pty sequence 0x23528482b85840f8). The slave
+    // closes before the writes (the first finds the terminal hung up), then while they wait.
+    // A dropped channel's writes go on, and end the same way.
+    for (closesFirst, drops) in [(true, false), (false, false), (false, true)] {
+      let (master, slave, _) = makePseudoTerminal()
+      if closesFirst { close(slave) }
+      let cleanup = Cleanup()
+      var channel: IOChannel? = IOChannel(
+        fileDescriptor: master, type: .stream, queue: queue, cleanup: cleanup.handler)
+      let errors = Mutex<[Int32]>([])
+      for size in [1 << 20, 10] {
+        channel!.write(data: [UInt8](repeating: 65, count: size), queue: queue) { done, _, error in
+          if done { errors.withLock { $0.append(error) } }
+        }
+      }
+      if drops { channel = nil }
+      if !closesFirst {
+        // The first write has filled what the terminal takes.
+        var queued: Int32 = 0
+        #expect(pollUntil { ioctl(slave, UInt(FIONREAD), &queued) == 0 && queued >= 4095 })
+        close(slave)
+      }
+      #expect(pollUntil { errors.withLock { $0.count } == 2 }, "the writes never ended (closesFirst \(closesFirst))")
+      #expect(errors.withLock { $0 } == [EIO, EIO])
+      channel?.close(stop: true)
+      #expect(cleanup.ran.wait())
+    }
+    let (master, slave, _) = makePseudoTerminal()
+    close(slave)
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: master, type: .stream, queue: queue, cleanup: cleanup.handler)
+    // Its reads end with EIO too, as the kernel's read says.
+    let read = Mutex<Int32?>(nil)
+    channel.read(length: 10, queue: queue) { done, _, error in
+      if done { read.withLock { $0 = error } }
+    }
+    #expect(pollUntil { read.withLock { $0 } != nil })
+    #expect(read.withLock { $0 } == EIO)
+    channel.close(stop: true)
+    #expect(cleanup.ran.wait())
+  }
+
   @Test("a peer that resets the connection ends the read with ECONNRESET")
   func peerReset() async throws {
     let (client, server) = tcpPair()

@@ -38,7 +38,9 @@ import Synchronization
 /// - A write to a pipe or socket whose reader is gone fails with `EPIPE`
 ///   instead of killing the process: the first channel installs a
 ///   do-nothing `SIGPIPE` handler if the signal still has its default
-///   disposition (see docs/io.md).
+///   disposition (see docs/io.md). A stream channel's write to a
+///   pseudo-terminal's master whose slave closed fails with `EIO` once the
+///   terminal is full, as its reads do (libdispatch's waits for good).
 /// - ``init(path:flags:mode:type:queue:cleanup:)`` opens the file itself and
 ///   throws at once (a relative path, a missing file, a FIFO for random
 ///   access), where the C function returns NULL or reports the error later.
@@ -411,7 +413,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The handler runs with `done` false and the bytes still to write as
   /// parts are written (when the low-water mark or interval says so), then
   /// once with `done` true: error 0 when everything was written, otherwise
-  /// an errno value (`EPIPE` when the reader is gone) and the unwritten rest.
+  /// an errno value (`EPIPE` when the reader is gone, `EIO` when a
+  /// pseudo-terminal's slave closed and the terminal is full) and the
+  /// unwritten rest.
   ///
   /// - Parameters:
   ///   - offset: For a random-access channel, where to start, relative to

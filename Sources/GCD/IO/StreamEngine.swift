@@ -138,8 +138,11 @@ final class StreamEngine: @unchecked Sendable {
   private var writeWaiting = false
   /// How the reads ended: 0 at end of file, otherwise the error; nil while they go on.
   private var readEnded: Int32?
-  /// Why the writes cannot go on (a write source that could not be made); 0 while they can.
+  /// Why the writes cannot go on (a write source that could not be made, a terminal hung up); 0
+  /// while they can.
   private var writeFailure: Int32 = 0
+  /// In the write source's handler: the descriptor said it was writable (or hung up).
+  private var writeWoken = false
   private var readsStopped = false
   private var writesStopped = false
   private var closed = false
@@ -404,6 +407,13 @@ final class StreamEngine: @unchecked Sendable {
       if written < 0 {
         if error == Errno.interrupted { continue }
         if error == Errno.wouldBlock {
+          // Woken with no room: a hang-up with no room, which stays (a pseudo-terminal's master
+          // whose slave closed), would wake the source again at once, for good. Its reads fail
+          // with EIO; so do its writes, rather than spin (libdispatch leaves them waiting).
+          if writeWoken && system_hungUpWithoutRoom(descriptor) {
+            writeFailure = Errno.inputOutput
+            continue
+          }
           waitWritable()
           return
         }
@@ -492,7 +502,11 @@ final class StreamEngine: @unchecked Sendable {
     if writeSource == nil {
       do throws(GCDError) {
         let source = try WriteSource(fileDescriptor: descriptor, queue: queue)
-        source.setEventHandler { _ in self.run() }
+        source.setEventHandler { _ in
+          self.writeWoken = true
+          self.run()
+          self.writeWoken = false
+        }
         source.setCancelHandler { self.sourceEnded() }
         writeSource = source
       } catch {

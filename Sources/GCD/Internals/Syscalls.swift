@@ -169,6 +169,15 @@ func system_waitReadable(_ descriptor: Int32) -> Bool {
   return true
 }
 
+/// Whether `descriptor` reports a hang-up and no room to write, now (`poll`, no wait): a
+/// pseudo-terminal's master whose slave closed, once its buffers are full. Such a descriptor stays
+/// so, and its write registration fires for the hang-up for as long as it is armed.
+func system_hungUpWithoutRoom(_ descriptor: Int32) -> Bool {
+  var state = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
+  guard poll(&state, 1, 0) == 1 else { return false }
+  return state.revents & Int16(POLLHUP) != 0 && state.revents & Int16(POLLOUT) == 0
+}
+
 // MARK: - Signals
 
 /// Makes a write to a pipe or socket whose reader is gone fail with `EPIPE`
@@ -393,6 +402,8 @@ enum Errno {
   static let wouldBlock = EAGAIN
   /// `EBADF`
   static let badFileDescriptor = EBADF
+  /// `EIO`
+  static let inputOutput = EIO
   /// `ENOMEM`
   static let noMemory = ENOMEM
   /// `EACCES`

@@ -18,6 +18,11 @@ enum ChannelSequences: SequenceFamily {
     ChannelStep.generate(&rng, profile: profile)
   }
 
+  static func isKept(_ step: ChannelStep) -> Bool {
+    if case .fixture = step { return true }
+    return false
+  }
+
   static func observe(_ steps: [ChannelStep], side: Side, deadline: Duration) -> [String] {
     let driver: any ChannelDriver = side == .dispatch ? DispatchChannelDriver() : GCDChannelDriver()
     var fixture = ChannelFixture.socket
@@ -61,6 +66,12 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     /// A write on a pipe's write end pending when the reader closed, or queued behind one
     /// (`IntendedDifference.closedReaderEndsWrite`).
     var readerClosed = false
+    /// Behind a barrier of its channel that waits for a read a drop left waiting in the Dispatch
+    /// run (`IntendedDifference.dropStopsReads`): the package's drop ended that read, so this one
+    /// went on; libdispatch's waits until the read ends at the peer's close.
+    var behindLeftRead = false
+    /// A read a drop left waiting in the Dispatch run (`IntendedDifference.dropStopsReads`).
+    var leftWaiting = false
     var owed = false
     var reported = false
     /// The stream's life the read belongs to (`reuseNumber` starts a new one).
@@ -127,6 +138,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     case .pipeWriteEnd:
       let (read, write) = Posix.pipePair()
       (ours, peer) = (write, read)
+    case .pty: (ours, peer) = Posix.ptyPair()
     }
     Posix.setNonBlocking(peer)
     state.withLock {
@@ -177,7 +189,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         note = "skipped (another channel's read is pending)"
         break
       }
-      if let skipped = failingOperationRule(isRead: true) {
+      if let skipped = failingOperationRule(isRead: true) ?? hangUpRule() ?? sharedBarrierRule(id, isBarrier: false) {
         note = skipped
         break
       }
@@ -192,7 +204,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         note = "skipped (no c\(slot))"
         break
       }
-      if let skipped = failingOperationRule(isRead: false) {
+      if let skipped = sharedBarrierRule(id, isBarrier: false) ?? failingOperationRule(isRead: false) {
         note = skipped
         break
       }
@@ -208,6 +220,10 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         note = "skipped"
         break
       }
+      if let skipped = hangUpRule() ?? sharedBarrierRule(id, isBarrier: true) {
+        note = skipped
+        break
+      }
       let barrier = state.withLock { state -> Int in
         let before = state.ops.indices.filter { state.ops[$0].channel == id }
         state.barriers.append(Barrier(channel: id, before: before))
@@ -221,7 +237,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         note = "skipped"
         break
       }
-      if stop && state.withLock({ barrierWaits(id, $0) }) {
+      if stop && state.withLock({ state in state.channels.indices.contains { barrierWaits($0, state) } }) {
         note = "skipped (a barrier waits for an operation) \(IntendedDifference.stopWaitsForBarrier.tag)"
         break
       }
@@ -252,7 +268,21 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
             note = "skipped (a read a drop left waiting in the Dispatch run) \(IntendedDifference.dropStopsReads.tag)"
             return 0
           }
-          let wrote = Posix.writePattern(state.peer, offset: state.peerWritten, count: bytes - total)
+          // How much a terminal holds unread is known only while no read gathers below its mark.
+          if fixture == .pty
+            && state.ops.contains(where: {
+              $0.isRead && !$0.done && !$0.endedByDrop && state.channels[$0.channel].lowWater ?? 1 > 1
+            })
+          {
+            note = "skipped (a read gathers below its low-water mark on a terminal)"
+            return 0
+          }
+          // How much a terminal takes before its writer must wait varies by a few hundred bytes
+          // run to run (its buffers are filled by a kernel worker): its peer writes only while
+          // at most 4,000 bytes are unread, which it always takes.
+          let room = fixture == .pty ? 4000 - (state.peerWritten - state.streamOffset) : bytes - total
+          guard room > 0 else { return 0 }
+          let wrote = Posix.writePattern(state.peer, offset: state.peerWritten, count: min(bytes - total, room))
           if wrote > 0 { state.peerWritten += wrote }
           return max(wrote, 0)
         }
@@ -276,6 +306,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
           close(state.peer)
           state.peer = -1
           state.peerClosed = true
+          if fixture == .pty { markWritesCaught(&state) }
         }
         state.peerShut = true
       }
@@ -319,7 +350,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     let ending = state.withLock { state in
       // A stop behind a barrier that waits for an operation waits too
       // (`IntendedDifference.stopWaitsForBarrier`): that record is not ending.
-      !state.channels.isEmpty && state.channels.allSatisfy { $0.closed }
+      // A channel made from an ended one never joined the record.
+      let used = state.channels.filter { !$0.fromEnded }
+      return !used.isEmpty && used.allSatisfy { $0.closed }
         && !state.channels.indices.contains { barrierWaits($0, state) }
         && state.ops.allSatisfy { operation in
           // A read a drop's stop ends is ending; one a drop left waiting keeps the record alive.
@@ -330,7 +363,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     guard ending else { return }
     let ended = waiter.wait(for: abandoned.contains("record") ? .zero : deadline) {
       state.withLock { state in
-        state.channels.allSatisfy { !$0.cleanups.isEmpty } && Posix.statusFlags(state.descriptor) == state.originalFlags
+        state.channels.allSatisfy { !$0.cleanups.isEmpty || $0.fromEnded }
+          && Posix.statusFlags(state.descriptor) == state.originalFlags
       }
     }
     if !ended {
@@ -385,7 +419,12 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       // Queued behind a write the reader's close caught: by the model, not by whether that write
       // has ended yet (the package's has, with EPIPE; libdispatch's never does), so that both
       // sides map the same operations (pipe 0xd5de52bce028f17a, one run in several).
-      if !isRead && state.ops.contains(where: { $0.readerClosed }) { operation.readerClosed = true }
+      if !isRead && !operation.issuedClosed && state.ops.contains(where: { $0.readerClosed }) {
+        operation.readerClosed = true
+      }
+      // A terminal's write after its slave closed: it fits, or waits for good on one side and
+      // ends with EIO on the other (`IntendedDifference.hungUpTerminalEndsWrite`).
+      if !isRead && fixture == .pty && state.peerClosed && !operation.issuedClosed { operation.readerClosed = true }
       state.ops.append(operation)
       return state.ops.count - 1
     }
@@ -417,7 +456,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         if done {
           operation.done = true
           operation.error = error
-          state.channels[operation.channel].completedOps += 1
+          // One the peer's close caught ends on one side only (`closedReaderEndsWrite`,
+          // `hungUpTerminalEndsWrite`): it says nothing both sides share.
+          if !operation.readerClosed { state.channels[operation.channel].completedOps += 1 }
         }
       }
     }
@@ -436,10 +477,21 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       let writing = pending.contains { !state.ops[$0].isRead }
       for op in pending where state.ops[op].isRead { state.ops[op].endedByDrop = true }
       let stop = reading && !writing
-      if reading && (writing || (state.channels[id].closed && !state.channels[id].stopped)) {
+      // The Dispatch run's stop waits behind a barrier that waits (`stopWaitsForBarrier`,
+      // `barrierPerDescriptor`): it leaves the read waiting too.
+      let stopReaches = !state.channels.indices.contains { barrierWaits($0, state) }
+      if reading && (writing || (state.channels[id].closed && !state.channels[id].stopped) || !stopReaches) {
         state.readLeftWaiting = true
+        let left = Set(pending.filter { state.ops[$0].isRead })
+        for op in left { state.ops[op].leftWaiting = true }
+        for op in pending where !state.ops[op].isRead {
+          let behind = state.barriers.contains { barrier in
+            barrier.channel == id && !barrier.before.contains(op) && !left.isDisjoint(with: barrier.before)
+          }
+          if behind { state.ops[op].behindLeftRead = true }
+        }
       }
-      if stop && !state.channels[id].closed { state.channels[id].stoppedByDrop = true }
+      if stop && stopReaches && !state.channels[id].closed { state.channels[id].stoppedByDrop = true }
       let wasClosed = state.channels[id].closed
       state.channels[id].closed = true
       return wasClosed ? nil : (handle, stop, true)
@@ -479,15 +531,70 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       } else {
         close(state.peer)
       }
-      if fixture == .pipeWriteEnd {
-        for op in state.ops.indices where !state.ops[op].isRead && !state.ops[op].done {
-          state.ops[op].readerClosed = true
-        }
-      }
+      if fixture == .pipeWriteEnd || fixture == .pty { markWritesCaught(&state) }
       state.peer = -1
       state.peerClosed = true
       state.peerShut = true
     }
+  }
+
+  /// The writes pending when the pipe's reader or the terminal's slave closed
+  /// (`IntendedDifference.closedReaderEndsWrite`, `hungUpTerminalEndsWrite`).
+  private func markWritesCaught(_ state: inout State) {
+    // One issued on a closed channel ends with ECANCELED on both sides (libdispatch's behind the
+    // channel's barriers, the package's at once).
+    // One behind a read a drop left waiting is mapped already (`dropStopsReads`).
+    for op in state.ops.indices
+    where !state.ops[op].isRead && !state.ops[op].done && !state.ops[op].issuedClosed && !state.ops[op].behindLeftRead {
+      state.ops[op].readerClosed = true
+    }
+  }
+
+  /// Whether `op` counts as pending on both sides although it may have ended on one (a write the
+  /// peer's close caught, one behind a read a drop left waiting, such a read), or is pending.
+  private func stillPending(_ op: Int, _ state: State) -> Bool {
+    (!state.ops[op].done && !state.ops[op].endedByDrop) || flagged(op, state)
+  }
+
+  /// Whether `op`'s end differs by side on purpose (a write the peer's close caught, one behind a
+  /// read a drop left waiting, such a read).
+  private func flagged(_ op: Int, _ state: State) -> Bool {
+    state.ops[op].readerClosed || state.ops[op].behindLeftRead || state.ops[op].leftWaiting
+  }
+
+  /// `IntendedDifference.barrierPerDescriptor`: the note of a step skipped because libdispatch's
+  /// barrier would hold it or wait for it, else nil. A barrier of channel `id` is issued only
+  /// while no other channel has an operation pending; no operation of another channel is issued
+  /// while a barrier waits.
+  private func sharedBarrierRule(_ id: Int, isBarrier: Bool) -> String? {
+    let tag = IntendedDifference.barrierPerDescriptor.tag
+    return state.withLock { state in
+      if isBarrier {
+        let others = state.ops.indices.contains { state.ops[$0].channel != id && stillPending($0, state) }
+        return others ? "skipped (another channel's operation is pending) \(tag)" : nil
+      }
+      let waits = state.channels.indices.contains { $0 != id && barrierWaits($0, state) }
+      return waits ? "skipped (another channel's barrier waits) \(tag)" : nil
+    }
+  }
+
+  /// Whether write `op`, which the peer's close caught, is out of any stop's reach on libdispatch:
+  /// its channel was dropped, or a barrier waits for it (`IntendedDifference.stopWaitsForBarrier`).
+  /// So is a terminal's write behind a read a drop left waiting: that read ends at the slave's
+  /// close, and the write then meets the hang-up.
+  private func caughtForGood(_ op: Int, _ state: State) -> Bool {
+    let channel = state.ops[op].channel
+    if state.ops[op].behindLeftRead { return fixture == .pty }
+    return state.ops[op].readerClosed
+      && (state.channels[channel].dropped
+        || state.barriers.contains { $0.channel == channel && $0.before.contains(op) })
+  }
+
+  /// `IntendedDifference.hungUpTerminalEndsWrite`: the note of a read or barrier step skipped
+  /// because a write the terminal's hang-up caught exists, else nil.
+  private func hangUpRule() -> String? {
+    guard fixture == .pty, state.withLock({ $0.ops.contains { $0.readerClosed } }) else { return nil }
+    return "skipped (a write the terminal's hang-up caught) \(IntendedDifference.hungUpTerminalEndsWrite.tag)"
   }
 
   private func peerDrain() {
@@ -564,7 +671,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
   /// `IntendedDifference.readsBesideWrites`: whether a write of the socket is pending. Then no read
   /// is issued, the peer writes nothing, and it neither shuts down nor closes while a read waits.
   private func writeStallsReads(_ state: State) -> Bool {
-    fixture == .socket && state.ops.contains { !$0.isRead && !$0.done }
+    // A write whose end differs by side on purpose counts as pending on both.
+    fixture.isDuplex && state.ops.contains { !$0.isRead && (!$0.done || $0.readerClosed || $0.behindLeftRead) }
   }
 
   /// `IntendedDifference.stopWaitsForBarrier`: whether a barrier of channel `id` waits for an
@@ -574,7 +682,12 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
   }
 
   private func barrierWaits(_ id: Int, _ state: State) -> Bool {
-    state.barriers.contains { $0.channel == id && !$0.ran && !$0.before.allSatisfy { state.ops[$0].done } }
+    // A write the reader's close or the hang-up caught ends on one side only: it counts as waiting.
+    state.barriers.contains {
+      // One that waits for a flagged operation counts as waiting whether it ran on this side.
+      $0.channel == id
+        && ($0.before.contains { flagged($0, state) } || (!$0.ran && !$0.before.allSatisfy { state.ops[$0].done }))
+    }
   }
 
   /// What the model says libdispatch owes now; marks those operations as owed.
@@ -586,7 +699,10 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       var owed: [String] = []
       var headRead: Int? = nil
       var earlierWrite = false
-      for op in state.ops.indices where !state.ops[op].done && !state.ops[op].endedByDrop && !state.ops[op].readerClosed
+      // A read a drop stopped must end (with what it gathered); one a drop left waiting need not.
+      for op in state.ops.indices
+      where !state.ops[op].done && !state.ops[op].readerClosed && !state.ops[op].behindLeftRead
+        && (!state.ops[op].endedByDrop || state.channels[state.ops[op].channel].stoppedByDrop)
       {
         let operation = state.ops[op]
         let channel = state.channels[operation.channel]
@@ -604,7 +720,11 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
             }
           }
         } else {
-          must = must || fixture == .pipeReadEnd || state.peerClosed
+          // A terminal's write after the slave closed waits for room no one makes, on both sides
+          // (the master's writes go on filling the slave's buffer): the teardown's stop ends it.
+          must = must || fixture == .pipeReadEnd || (state.peerClosed && fixture != .pty)
+          // What surely fits: a socket's or a pipe's buffer; a terminal's input queue (4 KiB,
+          // what FIONREAD counts) and its flip buffers (64 KiB) behind it.
           if !earlierWrite && operation.length <= 4096 && queued + operation.length <= 32768 { must = true }
           earlierWrite = true
         }
@@ -644,7 +764,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     out += timeouts.map { "   TIMEOUT: \($0)" }
     timeouts = []
     state.withLock { state in
-      let exact = state.ops.allSatisfy { $0.done || $0.endedByDrop || state.channels[$0.channel].lowWater ?? 1 <= 1 }
+      let exact = state.ops.allSatisfy {
+        !$0.isRead || $0.done || $0.endedByDrop || state.channels[$0.channel].lowWater ?? 1 <= 1
+      }
       out.append("   reads delivered \(exact ? String(state.streamOffset) : "?")")
       // Each operation's end is reported at the teardown, in the order they were issued: when an
       // operation the model does not wait for ends is a matter of timing. A step reports a hang
@@ -668,14 +790,22 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         var facts: [String]
         if operation.endedByDrop {
           facts = ["ended by drop \(IntendedDifference.dropStopsReads.tag)"]
+        } else if operation.behindLeftRead {
+          facts = ["behind a read a drop left waiting \(IntendedDifference.dropStopsReads.tag)"]
         } else if operation.readerClosed {
           // Each side's own end: EPIPE for the package; for libdispatch the teardown's stop
           // (ECANCELED), or EPIPE should it have ended it.
+          // A terminal's: it fit (no error), the package's EIO, or a stop on either side (one
+          // issued on a closed channel, or stopped before it found the terminal full).
+          let terminal = fixture == .pty
+          let ownError = terminal ? EIO : EPIPE
+          let stopped = operation.error == ECANCELED && (driver.side == .dispatch || terminal)
           let documented =
-            operation.done
-            && (operation.error == EPIPE || (driver.side == .dispatch && operation.error == ECANCELED))
+            operation.done && (operation.error == ownError || stopped || (terminal && operation.error == 0))
+            || (!operation.done && driver.side == .dispatch && caughtForGood(op, state))
+          let row = terminal ? IntendedDifference.hungUpTerminalEndsWrite : .closedReaderEndsWrite
           facts = [
-            "pending when the pipe's reader closed, ended as documented \(documented) \(IntendedDifference.closedReaderEndsWrite.tag)"
+            "pending when the \(terminal ? "terminal's slave" : "pipe's reader") closed, ended as documented \(documented) \(row.tag)"
           ]
         } else if !operation.done {
           facts = ["never ended"]
@@ -692,7 +822,13 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         out.append("   \(name): " + facts.joined(separator: ", "))
       }
       for index in state.barriers.indices where final {
-        out.append("   barrier\(index) \(state.barriers[index].ran ? "ran" : "never ran")")
+        let caught = state.barriers[index].before.first { state.ops[$0].readerClosed }
+        if let caught {
+          let row = fixture == .pty ? IntendedDifference.hungUpTerminalEndsWrite : .closedReaderEndsWrite
+          out.append("   barrier\(index) behind op\(caught), which the peer's close caught \(row.tag)")
+        } else {
+          out.append("   barrier\(index) \(state.barriers[index].ran ? "ran" : "never ran")")
+        }
       }
       if flags {
         let live = state.channels.filter { !$0.closed }
@@ -717,9 +853,11 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     peerDrain()
     closePeer()
     settle()
+    // Channels closed without stop are stopped too: a write that waits for good (a terminal's
+    // after its slave closed, on libdispatch) ends with ECANCELED rather than hold the number.
     let live = state.withLock { state in
       state.channels.indices.compactMap { id -> ChannelHandle? in
-        guard let handle = state.channels[id].handle, !state.channels[id].closed else { return nil }
+        guard let handle = state.channels[id].handle, !state.channels[id].stopped else { return nil }
         state.channels[id].closed = true
         state.channels[id].stopped = true
         return handle
@@ -730,9 +868,15 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     state.withLock { state in
       for id in state.channels.indices { state.channels[id].handle = nil }
     }
+    // On libdispatch a write the peer's close caught on a dropped channel, or before a barrier,
+    // is out of any stop's reach and waits for good; it holds the record, and with it every
+    // channel's cleanup (the number is then kept).
     let ended = waiter.wait(for: deadline) {
       state.withLock { state in
-        state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done }
+        let oracle = driver.side == .dispatch
+        let held = oracle && state.ops.indices.contains { !state.ops[$0].done && caughtForGood($0, state) }
+        return state.ops.indices.allSatisfy { state.ops[$0].done || (oracle && caughtForGood($0, state)) }
+          && (held || state.channels.allSatisfy { !$0.cleanups.isEmpty })
       }
     }
     if !ended {
@@ -747,9 +891,13 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     for queue in queues { driver.sync(queue) }
     report("teardown: the peer closed, every channel closed with stop and released", final: true)
     state.withLock { state in
-      let cleanups = state.channels.enumerated().map {
-        "c\($0.element.slot)#\($0.offset): \($0.element.cleanups.count)"
-      }
+      // A dropped channel with a write the peer's close caught: on libdispatch that write and the
+      // channel's cleanup wait for good, and the record keeps the descriptor non-blocking.
+      let held = state.ops.indices.contains { caughtForGood($0, state) }
+      let cleanups =
+        held
+        ? ["held by a dropped channel's write the peer's close caught"]
+        : state.channels.enumerated().map { "c\($0.element.slot)#\($0.offset): \($0.element.cleanups.count)" }
       // `IntendedDifference.cleanupGetsDescriptor`: the oracle's cleanup gets an errno (0, or
       // ECANCELED after a stop), the package's the descriptor, which is checked.
       let right =
@@ -763,7 +911,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       )
       let open = Posix.identity(state.descriptor) == state.identity
       let restored = Posix.statusFlags(state.descriptor) == state.originalFlags
-      lines.append("end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(restored)")
+      lines.append(
+        "end: descriptor \(open ? "open" : "CLOSED OR REPLACED"), flags restored \(held ? "not compared" : String(restored))"
+      )
       // The package's record of the number (`StreamDescriptor`) must end with its last channel:
       // one left behind would take in the next channel over the reused number.
       if driver.side == .gcd && ended && StreamDescriptor.users(of: state.descriptor) > 0 {

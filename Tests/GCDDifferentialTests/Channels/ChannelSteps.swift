@@ -6,6 +6,13 @@ enum ChannelFixture: String, Sendable, Hashable {
   case pipeReadEnd
   /// A pipe's write end (write-only); the runner reads its read end.
   case pipeWriteEnd
+  /// A pseudo-terminal's master; the runner is its slave, in raw mode (no echo, no line editing,
+  /// bytes passed unchanged). The slave's end reads as `EIO` on the master, not as end of file.
+  case pty
+
+  /// Whether reads and writes share the descriptor (a socket or a terminal), and so libdispatch's
+  /// one record of it (`IntendedDifference.readsBesideWrites`).
+  var isDuplex: Bool { self == .socket || self == .pty }
 }
 
 /// One step of a channel sequence. Slots (0...2) name channels; as with sources, a step that does
@@ -81,13 +88,18 @@ enum ChannelStep: CustomStringConvertible, Sendable, Hashable {
     return steps + tail
   }
 
-  /// Profiles: "socket" (one socket, everything), "pipe" (either end of a pipe), "shared" (two
-  /// channels on one socket, channels made from channels, a reused number), "concurrent" (reads in
-  /// many deliveries on a concurrent queue).
+  /// Profiles: "socket" (one socket, everything), "pipe" (either end of a pipe), "pty" (a
+  /// pseudo-terminal's master, everything but a reused number), "shared" (two channels on one
+  /// socket, channels made from channels, a reused number), "concurrent" (reads in many deliveries
+  /// on a concurrent queue).
   static func generate(_ rng: inout SplitMix64, profile: String) -> [ChannelStep] {
     if profile == "ended" { return generateFromEnded(&rng) }
     let fixture: ChannelFixture =
-      profile == "pipe" ? (rng.chance(50) ? .pipeReadEnd : .pipeWriteEnd) : .socket
+      switch profile {
+      case "pipe": rng.chance(50) ? .pipeReadEnd : .pipeWriteEnd
+      case "pty": .pty
+      default: .socket
+      }
     var steps: [ChannelStep] = [.fixture(fixture)]
     var open: Set<Int> = []
     let length = 3 + rng.below(12)

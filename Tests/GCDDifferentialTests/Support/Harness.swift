@@ -66,6 +66,13 @@ protocol SequenceFamily: SendableMetatype {
   /// Runs `steps` on `side` and returns what a user observed, one line per fact, mapped through
   /// `IntendedDifference` where the two sides differ on purpose.
   static func observe(_ steps: [Step], side: Side, deadline: Duration) -> [String]
+  /// Whether shrinking keeps `step` (a channel sequence's fixture: without it the sequence runs on
+  /// a socket, where it is another sequence).
+  static func isKept(_ step: Step) -> Bool
+}
+
+extension SequenceFamily {
+  static func isKept(_ step: Step) -> Bool { false }
 }
 
 /// How many sequences a family ran, for the summary line.
@@ -196,6 +203,10 @@ enum Differential {
       changed = false
       var position = current.count - 1
       while position >= 0 && runs < 400 {
+        if F.isKept(current[position]) {
+          position -= 1
+          continue
+        }
         var candidate = current
         candidate.remove(at: position)
         runs += 1

@@ -23,6 +23,24 @@ enum Posix {
     return (fds[0], fds[1])
   }
 
+  /// A pseudo-terminal, close-on-exec, blocking: (master, slave), the slave in raw mode
+  /// (`cfmakeraw`: no echo, no line editing, no signals, bytes passed unchanged both ways).
+  static func ptyPair() -> (Int32, Int32) {
+    // grantpt, unlockpt and ptsname are not in Swift's Glibc module: their Linux ioctls instead
+    // (TIOCSPTLCK, `_IOW('T', 0x31, int)`; TIOCGPTPEER, `_IO('T', 0x41)`, Linux 4.13).
+    let master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
+    precondition(master >= 0, "open(/dev/ptmx): errno \(errno)")
+    var unlock: Int32 = 0
+    precondition(ioctl(master, UInt(0x4004_5431), &unlock) == 0, "ioctl(TIOCSPTLCK): errno \(errno)")
+    let slave = ioctl(master, UInt(0x5441), O_RDWR | O_NOCTTY | O_CLOEXEC)
+    precondition(slave >= 0, "ioctl(TIOCGPTPEER): errno \(errno)")
+    var mode = termios()
+    precondition(tcgetattr(slave, &mode) == 0, "tcgetattr: errno \(errno)")
+    cfmakeraw(&mode)
+    precondition(tcsetattr(slave, TCSANOW, &mode) == 0, "tcsetattr: errno \(errno)")
+    return (master, slave)
+  }
+
   static func statusFlags(_ fd: Int32) -> Int32 { fcntl(fd, F_GETFL) }
 
   static func setNonBlocking(_ fd: Int32) { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
