@@ -132,6 +132,17 @@ func scaleRows(_ library: CLibrary?, sockets: ScaleSockets) -> [ScaleRow] {
         ScaleRunner(timed: { dispatchReadChurn($0, sockets: sockets, cycles: cycles) }, memory: nil)),
       unavailable: reasons(c: missingC, dispatch: nil)),
     ScaleRow(
+      name: "connection_churn",
+      title:
+        "a connection's cycle (`connection_cycle`: socketpair, read source, one byte, cancel, close) with N idle"
+        + " read sources live on its queue (N to 9,000, as idle_read)",
+      operation: "ns per connection", counts: [10, 100, 1_000, 9_000], quickCounts: [10, 1_000],
+      runners: runners(
+        cScaleRunner(library, "connection_churn", operations: cycles, memory: false),
+        ScaleRunner(timed: { gcdConnectionChurn($0, sockets: sockets, cycles: cycles) }, memory: nil),
+        ScaleRunner(timed: { dispatchConnectionChurn($0, sockets: sockets, cycles: cycles) }, memory: nil)),
+      unavailable: reasons(c: missingC, dispatch: nil)),
+    ScaleRow(
       name: "group_waiters",
       title: "tasks in await group.wait() on one busy group, then cancelled (C: N group notifies, then the leave)",
       operation: "ns per waiter", counts: [10, 100, 1_000, 10_000, 100_000], quickCounts: [10, 2_000], rounds: 3,
@@ -369,6 +380,24 @@ func dispatchReadChurn(_ count: Int, sockets: ScaleSockets, cycles: Int) -> Doub
   let end = monotonicNanos()
   withExtendedLifetime(idle) {}
   return Double(end - start) / Double(cycles)
+}
+
+@inline(never)
+func gcdConnectionChurn(_ count: Int, sockets: ScaleSockets, cycles: Int) -> Double {
+  let queue = Queue(label: "bench.scale.connections")
+  let idle = gcdIdleSources(count, sockets, queue)
+  let sample = gcdConnectionCycles(cycles, queue: queue)
+  withExtendedLifetime(idle) {}
+  return sample.value
+}
+
+@inline(never)
+func dispatchConnectionChurn(_ count: Int, sockets: ScaleSockets, cycles: Int) -> Double {
+  let queue = DispatchQueue(label: "bench.scale.connections")
+  let idle = dispatchIdleSources(count, sockets, queue)
+  let sample = dispatchConnectionCycles(cycles, queue: queue)
+  withExtendedLifetime(idle) {}
+  return sample.value
 }
 
 // MARK: - Waiters, then cancelled

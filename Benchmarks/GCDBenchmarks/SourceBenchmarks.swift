@@ -481,8 +481,11 @@ private func connectedPair() -> (Int32, Int32) {
 }
 
 @inline(never)
-func gcdConnectionCycle(_ count: Int) -> Sample {
-  let queue = Queue(label: "bench.connection")
+func gcdConnectionCycle(_ count: Int) -> Sample { gcdConnectionCycles(count, queue: Queue(label: "bench.connection")) }
+
+/// `count` connection cycles on `queue` (`connection_cycle`; the scale row `connection_churn` runs
+/// them beside idle sources on the same queue).
+func gcdConnectionCycles(_ count: Int, queue: Queue) -> Sample {
   let done = DispatchSemaphore(value: 0)
   let start = monotonicNanos()
   for _ in 0..<count {
@@ -509,7 +512,10 @@ func gcdConnectionCycle(_ count: Int) -> Sample {
 
 @inline(never)
 func dispatchConnectionCycle(_ count: Int) -> Sample {
-  let queue = DispatchQueue(label: "bench.connection")
+  dispatchConnectionCycles(count, queue: DispatchQueue(label: "bench.connection"))
+}
+
+func dispatchConnectionCycles(_ count: Int, queue: DispatchQueue) -> Sample {
   let done = DispatchSemaphore(value: 0)
   let start = monotonicNanos()
   for _ in 0..<count {

@@ -291,9 +291,7 @@ EXPORT double bench_c_source_data_replace(int64_t n, double *extra) {
 
 // A connection's read source, as a server has one: a socket pair, a read source on one end, the
 // peer writes one byte, the handler reads it and cancels, the cancel handler closes the end.
-EXPORT double bench_c_connection_cycle(int64_t n, double *extra) {
-  (void)extra;
-  dispatch_queue_t queue = dispatch_queue_create("bench.connection", NULL);
+static double connection_cycles(int64_t n, dispatch_queue_t queue) {
   dispatch_semaphore_t done = dispatch_semaphore_create(0);
   int64_t start = now_ns();
   for (int64_t i = 0; i < n; i++) {
@@ -319,8 +317,15 @@ EXPORT double bench_c_connection_cycle(int64_t n, double *extra) {
   }
   int64_t end = now_ns();
   dispatch_release(done);
-  dispatch_release(queue);
   return per_op(start, end, n);
+}
+
+EXPORT double bench_c_connection_cycle(int64_t n, double *extra) {
+  (void)extra;
+  dispatch_queue_t queue = dispatch_queue_create("bench.connection", NULL);
+  double result = connection_cycles(n, queue);
+  dispatch_release(queue);
+  return result;
 }
 
 // MARK: - Latency
@@ -975,6 +980,17 @@ EXPORT double bench_c_scale_read_churn(int64_t n, double *extra) {
   scale_drop_sources(sources, n, queue);
   dispatch_release(queue);
   return per_op(start, end, cycles);
+}
+
+/// The connection cycle (`connection_cycle`) with `n` idle read sources live on the same queue.
+EXPORT double bench_c_scale_connection_churn(int64_t n, double *extra) {
+  int64_t cycles = (int64_t)extra[1];
+  dispatch_queue_t queue = dispatch_queue_create("bench.scale.connections", NULL);
+  dispatch_source_t *sources = scale_idle_sources(n, queue);
+  double result = connection_cycles(cycles, queue);
+  scale_drop_sources(sources, n, queue);
+  dispatch_release(queue);
+  return result;
 }
 
 static void scale_notified(void *context) { __atomic_fetch_add((long *)context, 1, __ATOMIC_RELAXED); }

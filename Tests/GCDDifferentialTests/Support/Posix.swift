@@ -41,6 +41,25 @@ enum Posix {
     return (master, slave)
   }
 
+  /// Takes the signals of `signals` pending for the process or this thread (`sigtimedwait`, no
+  /// wait, with them blocked in this thread meanwhile) and returns them.
+  static func drainPendingSignals(_ signals: [Int32]) -> [Int32] {
+    var set = sigset_t()
+    sigemptyset(&set)
+    for signal in signals { sigaddset(&set, signal) }
+    var old = sigset_t()
+    pthread_sigmask(SIG_BLOCK, &set, &old)
+    defer { pthread_sigmask(SIG_SETMASK, &old, nil) }
+    var taken: [Int32] = []
+    var now = timespec(tv_sec: 0, tv_nsec: 0)
+    while true {
+      let signal = sigtimedwait(&set, nil, &now)
+      if signal <= 0 { break }
+      taken.append(signal)
+    }
+    return taken
+  }
+
   static func statusFlags(_ fd: Int32) -> Int32 { fcntl(fd, F_GETFL) }
 
   static func setNonBlocking(_ fd: Int32) { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
