@@ -5,7 +5,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
-.PHONY: all build test differential examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench io-stall-probe sanitize sanitize-thread sanitize-address clean
+.PHONY: all build test differential examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench io-stall-probe reader-probe sanitize sanitize-thread sanitize-address clean
 
 SYMBOL_GRAPHS := .build/docs/symbol-graphs
 DOCS_OUT := .build/documentation
@@ -106,6 +106,16 @@ io-stall-probe:
 	  -L"$(TOOLCHAIN_USR)/lib/swift/linux" -ldispatch -lBlocksRuntime -Wl,-rpath,"$(TOOLCHAIN_USR)/lib/swift/linux"
 	-.build/bench/io_socket_stall 12
 	.build/bench/io_socket_stall 12 split
+
+## reader-probe: libdispatch alone, in C (Benchmarks/probes/reader_after_full_writer.c): a read
+## source started after a write source on its socket filled it stays silent with bytes queued
+## (docs/reliability.md, `readerAfterFullWriter`); exits 1 while libdispatch does so. Not part of CI.
+reader-probe:
+	@mkdir -p .build/bench
+	"$(TOOLCHAIN_USR)/bin/clang" -O2 -fblocks -Wall -Wextra -Werror -I"$(TOOLCHAIN_USR)/lib/swift" \
+	  Benchmarks/probes/reader_after_full_writer.c -o .build/bench/reader_after_full_writer \
+	  -L"$(TOOLCHAIN_USR)/lib/swift/linux" -ldispatch -lBlocksRuntime -Wl,-rpath,"$(TOOLCHAIN_USR)/lib/swift/linux"
+	.build/bench/reader_after_full_writer
 
 ## sanitize: the whole test suite but the differential suites (their 5 s deadlines) under ThreadSanitizer,
 ## then under AddressSanitizer (with LeakSanitizer), each in its own build folder; see docs/reliability.md

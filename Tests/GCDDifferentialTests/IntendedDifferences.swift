@@ -12,6 +12,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
   case noEventHandlerClear
   case eventWithoutHandler
   case writeCancelKeepsReads
+  case readerAfterFullWriter
   case smallReadsAtOnce
   case cleanupGetsDescriptor
   case errorEndsOneOperation
@@ -39,6 +40,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "a started read or write source whose event finds no handler can stay silent when a handler is set later, bytes still queued included (seen: a read source at the socket's end, or with bytes while a write source shares the descriptor; a write source after the peer closed)"
     case .writeCancelKeepsReads:
       "cancelling a write source silences the read sources on the same descriptor number: their later events never come (a read source's cancel leaves a write source alone)"
+    case .readerAfterFullWriter:
+      "a read source started on a socket whose write source's handler has filled it (written until `EAGAIN`) never fires, bytes already queued included (`make reader-probe` shows it in C)"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
     case .cleanupGetsDescriptor:
       "a channel's cleanup handler receives an errno value (0, or `ECANCELED` after a stop)"
@@ -76,6 +79,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "the handler set later runs: it reads the bytes and the end, or its write fails with `EPIPE` (the fence re-arms whatever the handler)"
     case .writeCancelKeepsReads:
       "a source's cancel leaves the other sources on the descriptor as they were"
+    case .readerAfterFullWriter:
+      "the read source fires for the bytes queued, and for each later arrival"
     case .noEventHandlerClear: "no call clears an event handler; a user sets one that does nothing"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of 1 byte: each read delivers what arrives"
@@ -110,6 +115,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "issue 38's first defect, fixed at its shape: the re-arm does not depend on a block the user controls"
     case .writeCancelKeepsReads:
       "a connection's writer ends before its reader; its reads must go on"
+    case .readerAfterFullWriter:
+      "a connection whose writer filled the socket before its reader started must still read (the fence's one registration per descriptor asks for every direction a live watch wants)"
     case .noEventHandlerClear: "a handler is a non-optional closure in the package's API"
     case .smallReadsAtOnce: "with one chunk, a request/response protocol looks hung"
     case .cleanupGetsDescriptor: "the cleanup is where a descriptor passed in is closed (docs/io.md)"
@@ -147,6 +154,8 @@ enum IntendedDifference: String, CaseIterable, Sendable {
       "once a started read source with no handler had bytes or the end to report (a write source: the end, or the peer's close), until the number is reused: no run waits for such events; what was read, the end and write errors are not compared; a handler that meets the end suspends its source instead of cancelling it"
     case .writeCancelKeepsReads:
       "once a write source is cancelled or dropped while a read source on its number is live, until the number is reused, the runs compare reads as `eventWithoutHandler` does"
+    case .readerAfterFullWriter:
+      "once a read source starts on a number whose live write source's handler filled the socket, until the number is reused, the runs compare reads as `eventWithoutHandler` does"
     case .noEventHandlerClear: "the GCD run's clear sets an empty handler; neither side records an event for it"
     case .cleanupGetsDescriptor:
       "the GCD run checks its cleanup got the descriptor; the Dispatch run's errno is not compared; both report the verdict"

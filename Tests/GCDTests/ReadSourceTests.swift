@@ -226,6 +226,51 @@ struct ReadSourceTests {
     #expect(readerCancelled.wait())
   }
 
+  @Test(
+    "a read source started after a write source on its descriptor filled the socket reads the bytes queued (libdispatch's stays silent)",
+    .timeLimit(.minutes(1)))
+  func readerAfterFullWriter() {
+    let (left, right) = makeSocketPair()
+    defer { close(right) }
+    _ = fcntl(left, F_SETFL, fcntl(left, F_GETFL) | O_NONBLOCK)
+    let queue = Queue(label: "read.after-full-writer")
+    let writer = try! WriteSource(fileDescriptor: left, queue: queue)
+    let filled = Event()
+    writer.setEventHandler {
+      var chunk = [UInt8](repeating: 7, count: 4096)
+      while chunk.withUnsafeMutableBytes({ write(left, $0.baseAddress, $0.count) }) > 0 {}
+      filled.signal()
+    }
+    let reader = try! ReadSource(fileDescriptor: left, queue: queue)
+    let got = Recorder<Int>()
+    let first = Event()
+    reader.setEventHandler {
+      var bytes = [UInt8](repeating: 0, count: 200)
+      let count = bytes.withUnsafeMutableBytes { read(left, $0.baseAddress, $0.count) }
+      if count > 0 {
+        got.append(count)
+        first.signal()
+      }
+    }
+    let cancelled = Event()
+    reader.setCancelHandler {
+      close(left)
+      cancelled.signal()
+    }
+    _ = write(right, [UInt8](repeating: 1, count: 82), 82)
+    writer.resume()
+    #expect(filled.wait())
+    queue.sync {}
+    // The same steps through `import Dispatch`: the read source's handler never runs
+    // (docs/reliability.md, `readerAfterFullWriter`; `make reader-probe` shows it in C).
+    reader.resume()
+    #expect(first.wait())
+    #expect(got.values == [82])
+    writer.cancel()
+    reader.cancel()
+    #expect(cancelled.wait())
+  }
+
   @Test("an invalid descriptor throws GCDError with EBADF", arguments: [Int32(-1), 9999])
   func invalidDescriptorThrows(fd: Int32) {
     #expect {

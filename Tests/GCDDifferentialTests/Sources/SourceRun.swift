@@ -94,6 +94,9 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
     /// handler. Until the number is reused, write events are not waited for, nor write errors
     /// compared.
     var writeUncertain = false
+    /// The descriptor numbers a write source's handler has filled (written until `EAGAIN`):
+    /// `IntendedDifference.readerAfterFullWriter`.
+    var filledByWriter: Set<Int32> = []
     var closedPeers: [Int32] = []
     var readTotal = 0
     var readErrors: Set<Int32> = []
@@ -186,6 +189,19 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       if racing {
         note = "skipped (it would start the source with no handler and an event pending)"
         break
+      }
+      // `IntendedDifference.readerAfterFullWriter`: a read source that starts on a number whose
+      // live write source has filled the socket stays silent on libdispatch, bytes included.
+      state.withLock { state in
+        let entry = state.slots[slot]!
+        guard entry.kind == .read, !entry.activated || entry.suspensions == 1,
+          state.filledByWriter.contains(entry.descriptor),
+          state.slots.values.contains(where: {
+            $0.kind == .write && $0.descriptor == entry.descriptor && $0.source != nil && $0.unusable == nil
+              && !$0.cancelled
+          })
+        else { return }
+        state.readUncertain = true
       }
       let balances = state.withLock { state -> Bool in
         var entry = state.slots[slot]!
@@ -484,6 +500,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
         }
         state.writtenTotal += wrote
         state.writtenSinceStep += wrote
+        if wrote > 0 && !cancel { state.filledByWriter.insert(entry.descriptor) }
         counts = wrote > 0 || cancel
       case .timer:
         entry.timerPending = false
@@ -591,6 +608,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       state.eofPending = false
       state.readUncertain = false
       state.writeUncertain = false
+      state.filledByWriter = []
       state.readTotal = 0
       state.writtenTotal = 0
       state.peerReceived = 0
