@@ -268,7 +268,11 @@ func runScale(
   document: String?, partial: Bool
 ) -> Never {
   let rows = scaleRows(library, sockets: ScaleSockets(pairs: 0)).filter { selected($0.name) }
-  let largest = rows.filter { $0.name.contains("read") }.flatMap { quick ? $0.quickCounts : $0.counts }.max() ?? 0
+  // The socket rows (idle_read, read_churn, connection_churn) take their idle sockets from here.
+  let largest =
+    rows.filter { $0.name.contains("read") || $0.name.contains("connection") }.flatMap {
+      quick ? $0.quickCounts : $0.counts
+    }.max() ?? 0
   let limits = RaisedLimits(files: 2 * largest + 4_096, watches: 2 * largest + 8_192)
   let sockets = ScaleSockets(pairs: largest)
   if let setFileDescriptors = library?.symbol(
