@@ -34,6 +34,13 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
       "io_pipe_1mib", "copy 256 MiB through a pipe, two stream channels, low water 1 MiB (libdispatch's default)",
       lowWater: mebibyte),
     Benchmark(
+      name: "channel_read_ready",
+      title: "a stream channel's 1-byte read of a byte already in its pipe: write(2), read(length: 1), its done",
+      count: 5_000, quickCount: 2,
+      runners: [
+        .c: c.runner("channel_read_ready"), .gcd: .run(gcdChannelReadReady), .dispatch: .run(dispatchChannelReadReady),
+      ]),
+    Benchmark(
       name: "io_read_loop", title: "copy 256 MiB through a pipe: write(2) thread + 64 KiB read(2) loop (reference)",
       unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
       runners: [
@@ -63,6 +70,49 @@ private func chunkBytes() -> UnsafeMutableRawBufferPointer {
   let memory = UnsafeMutableRawBufferPointer(start: malloc(mebibyte), count: mebibyte)
   memory.initializeMemory(as: UInt8.self, repeating: 0x78)
   return memory
+}
+
+/// `count` one-byte reads, each of a byte written into the pipe before the read is issued.
+@inline(never)
+func gcdChannelReadReady(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = Queue(label: "bench.io.ready")
+  let done = DispatchSemaphore(value: 0)
+  let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue) { close($0) }
+  var byte: UInt8 = 1
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    check(write(writeEnd, &byte, 1) == 1, "write")
+    channel.read(length: 1, queue: queue) { finished, _, _ in
+      if finished { done.signal() }
+    }
+    done.wait()
+  }
+  let end = monotonicNanos()
+  channel.close()
+  close(writeEnd)
+  return Sample(start: start, end: end, count: count)
+}
+
+@inline(never)
+func dispatchChannelReadReady(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = DispatchQueue(label: "bench.io.ready")
+  let done = DispatchSemaphore(value: 0)
+  let channel = DispatchIO(type: .stream, fileDescriptor: readEnd, queue: queue) { _ in close(readEnd) }
+  var byte: UInt8 = 1
+  let start = monotonicNanos()
+  for _ in 0..<count {
+    check(write(writeEnd, &byte, 1) == 1, "write")
+    channel.read(offset: 0, length: 1, queue: queue) { finished, _, _ in
+      if finished { done.signal() }
+    }
+    done.wait()
+  }
+  let end = monotonicNanos()
+  channel.close()
+  close(writeEnd)
+  return Sample(start: start, end: end, count: count)
 }
 
 @inline(never)

@@ -328,6 +328,38 @@ EXPORT double bench_c_connection_cycle(int64_t n, double *extra) {
   return result;
 }
 
+// A stream channel's one-byte read of a byte already in its pipe (`channel_read_ready`).
+EXPORT double bench_c_channel_read_ready(int64_t n, double *extra) {
+  (void)extra;
+  int fds[2];
+  check(pipe(fds) == 0, "pipe");
+  dispatch_queue_t queue = dispatch_queue_create("bench.io.ready", NULL);
+  dispatch_semaphore_t done = dispatch_semaphore_create(0);
+  int readEnd = fds[0];
+  dispatch_io_t channel = dispatch_io_create(DISPATCH_IO_STREAM, readEnd, queue, ^(int error) {
+    (void)error;
+    close(readEnd);
+  });
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    char byte = 1;
+    check(write(fds[1], &byte, 1) == 1, "write");
+    dispatch_io_read(channel, 0, 1, queue, ^(bool finished, dispatch_data_t data, int error) {
+      (void)data;
+      (void)error;
+      if (finished) dispatch_semaphore_signal(done);
+    });
+    dispatch_semaphore_wait(done, DISPATCH_TIME_FOREVER);
+  }
+  int64_t end = now_ns();
+  dispatch_io_close(channel, 0);
+  dispatch_release(channel);
+  close(fds[1]);
+  dispatch_release(done);
+  dispatch_release(queue);
+  return per_op(start, end, n);
+}
+
 // MARK: - Latency
 
 static int compare_i64(const void *a, const void *b) {

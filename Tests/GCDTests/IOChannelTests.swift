@@ -517,6 +517,65 @@ struct IOChannelTests {
     #expect(cleanup.ran.wait())
   }
 
+  @Test(
+    "a stream channel's read of bytes already queued takes them at once, without registering the descriptor; one that finds none waits for it"
+  )
+  func readsQueuedBytesFirst() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    write(writeEnd, [1, 2, 3])
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+    let first = Mutex<(bytes: [UInt8], error: Int32)?>(nil)
+    channel.read(length: 3, queue: queue) { done, data, error in
+      if done { first.withLock { $0 = (data.map { Array($0) } ?? [], error) } }
+    }
+    #expect(pollUntil { first.withLock { $0 } != nil })
+    #expect(first.withLock { $0?.bytes } == [1, 2, 3])
+    // The engine asked the pipe first: no read source, so the fence never watched the pipe.
+    #expect(epollInstances(watching: readEnd).isEmpty)
+    let second = Mutex<[UInt8]?>(nil)
+    channel.read(length: 1, queue: queue) { done, data, _ in
+      if done { second.withLock { $0 = data.map { Array($0) } ?? [] } }
+    }
+    // Nothing queued: the read waits for the pipe, which the fence now watches.
+    #expect(pollUntil { !epollInstances(watching: readEnd).isEmpty })
+    #expect(second.withLock { $0 } == nil)
+    write(writeEnd, [4])
+    #expect(pollUntil { second.withLock { $0 } != nil })
+    #expect(second.withLock { $0 } == [4])
+    channel.close()
+    #expect(cleanup.ran.wait())
+  }
+
+  @Test(
+    "setLimit applies to the operations called after it: a running read keeps its low-water mark (as libdispatch's)")
+  func limitsApplyToLaterOperations() {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+    channel.setLimit(lowWater: 1024)
+    let first = Mutex<[(done: Bool, count: Int)]>([])
+    channel.read(length: 4096, queue: queue) { done, data, _ in
+      first.withLock { $0.append((done, data?.count ?? 0)) }
+    }
+    write(writeEnd, [UInt8](repeating: 5, count: 58))
+    // The engine has taken the 58 bytes (below the read's mark of 1,024): nothing is delivered.
+    var queued: Int32 = 0
+    #expect(pollUntil { ioctl(readEnd, UInt(FIONREAD), &queued) == 0 && queued == 0 })
+    channel.setLimit(lowWater: 1)
+    // More bytes reach the running read: with its own mark (1,024) it still delivers nothing.
+    write(writeEnd, [UInt8](repeating: 6, count: 10))
+    #expect(pollUntil { ioctl(readEnd, UInt(FIONREAD), &queued) == 0 && queued == 0 })
+    #expect(!pollBriefly { !first.withLock { $0 }.isEmpty }, "the running read delivered below its mark")
+    // The writer's end completes the read with what it gathered.
+    close(writeEnd)
+    #expect(pollUntil { first.withLock { $0 }.last?.done == true })
+    #expect(first.withLock { $0.map(\.count) }.reduce(0, +) == 68)
+    channel.close()
+    #expect(cleanup.ran.wait())
+  }
+
   @Test("a peer that resets the connection ends the read with ECONNRESET")
   func peerReset() async throws {
     let (client, server) = tcpPair()

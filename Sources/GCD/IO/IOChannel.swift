@@ -460,8 +460,9 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   /// The reads of a stream channel start at a low-water mark of 1 byte
   /// (deliver what arrives); writes, and random-access channels, at
   /// libdispatch's default (one chunk, 1 MiB). The marks set here apply to
-  /// reads and writes alike. A nil value leaves that mark as it is.
-  /// Negative values are clamped to 0.
+  /// reads and writes alike, those called after it: an operation keeps the
+  /// marks in force when it was called, as libdispatch's do. A nil value
+  /// leaves that mark as it is. Negative values are clamped to 0.
   ///
   /// - Parameters:
   ///   - lowWater: The fewest bytes per handler call, except the last.

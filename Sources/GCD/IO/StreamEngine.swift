@@ -97,6 +97,10 @@ final class StreamEngine: @unchecked Sendable {
     var remaining: Int
     let calls: HandlerCalls
     var pending = DispatchBuffer()
+    /// The channel's marks when the read was submitted: a later `setLimit` applies to later
+    /// operations (libdispatch copies the channel's parameters into each operation it makes).
+    var lowWater = 1
+    var highWater = Int.max
     init(length: Int, queue: Queue, handler: @escaping IOChannel.Handler) {
       remaining = length
       calls = HandlerCalls(queue: queue, handler: handler)
@@ -109,6 +113,8 @@ final class StreamEngine: @unchecked Sendable {
     var rest: DispatchBuffer
     let calls: HandlerCalls
     var unreported = 0
+    /// The channel's low-water mark when the write was submitted (as a read's).
+    var lowWater = Int.max
     init(data: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
       rest = data
       calls = HandlerCalls(queue: queue, handler: handler)
@@ -141,6 +147,11 @@ final class StreamEngine: @unchecked Sendable {
   /// Why the writes cannot go on (a write source that could not be made, a terminal hung up); 0
   /// while they can.
   private var writeFailure: Int32 = 0
+  /// The last read filled what it asked for (or the read source reported more than was read): a
+  /// read submitted now asks the descriptor first, and waits for the read source only if it says
+  /// `EAGAIN`. True at the start, so a channel's first read takes bytes already queued (a
+  /// subprocess's output) without arming the source and waiting for its event.
+  private var readMayHaveMore = true
   /// In the write source's handler: the descriptor said it was writable (or hung up).
   private var writeWoken = false
   private var readsStopped = false
@@ -276,6 +287,11 @@ final class StreamEngine: @unchecked Sendable {
   // MARK: The machine (on `queue`)
 
   private func submit(_ item: Item) {
+    switch item {
+    case .read(let operation): (operation.lowWater, operation.highWater) = (readLowWater, highWater)
+    case .write(let operation): operation.lowWater = writeLowWater
+    case .barrier: break
+    }
     if closed {
       refuse(item)
     } else if later.isEmpty, !item.isBarrier {
@@ -342,6 +358,10 @@ final class StreamEngine: @unchecked Sendable {
         complete(operation, error: 0)
         continue
       }
+      // Outside the source's handler, after a read that may have left bytes: ask the descriptor
+      // first, up to 64 KiB (a read that says EAGAIN costs one call; the source, an arm, an
+      // event and a hop).
+      if available == nil && readMayHaveMore && !hasRead { available = StreamEngine.askFirstBytes }
       // Outside the source's handler, or once the bytes it reported are read (a read would say
       // EAGAIN): wait for the source, which fires at once if more came.
       guard let queued = available, queued >= 0, queued > 0 || !hasRead else {
@@ -362,6 +382,7 @@ final class StreamEngine: @unchecked Sendable {
         system_deallocate(memory)
         if got < 0 && error == Errno.interrupted { continue }
         if got < 0 && error == Errno.wouldBlock {
+          readMayHaveMore = false
           waitReadable()
           return
         }
@@ -373,6 +394,7 @@ final class StreamEngine: @unchecked Sendable {
         DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(start: kept, count: got), deallocator: .free))
       operation.remaining -= got
       available = got < count ? -1 : queued - got
+      readMayHaveMore = available.map { $0 > 0 } ?? false
       if operation.remaining == 0 {
         complete(operation, error: 0)
       } else {
@@ -424,7 +446,7 @@ final class StreamEngine: @unchecked Sendable {
       operation.unreported += written
       if operation.rest.isEmpty {
         complete(operation, error: 0)
-      } else if operation.unreported >= writeLowWater {
+      } else if operation.unreported >= operation.lowWater {
         operation.unreported = 0
         send(operation, done: false, data: operation.rest, error: 0)
       }
@@ -438,8 +460,8 @@ final class StreamEngine: @unchecked Sendable {
   /// Hands a running read what it gathered, in deliveries of at least the low-water mark and at
   /// most the high-water mark.
   private func deliver(_ operation: ReadOperation) {
-    while operation.pending.count >= readLowWater {
-      let count = min(operation.pending.count, highWater)
+    while operation.pending.count >= operation.lowWater {
+      let count = min(operation.pending.count, operation.highWater)
       send(operation, done: false, data: take(count, from: operation), error: 0)
     }
   }
@@ -448,8 +470,8 @@ final class StreamEngine: @unchecked Sendable {
   /// `done` with `error`.
   private func complete(_ operation: ReadOperation, error: Int32) {
     reads.removeFirst()
-    while operation.pending.count > highWater {
-      send(operation, done: false, data: take(highWater, from: operation), error: 0)
+    while operation.pending.count > operation.highWater {
+      send(operation, done: false, data: take(operation.highWater, from: operation), error: 0)
     }
     send(operation, done: true, data: operation.pending, error: error)
   }
@@ -519,6 +541,9 @@ final class StreamEngine: @unchecked Sendable {
     writeSource!.resume()
   }
 
+  /// What a read outside the source's handler asks for at most when it asks the descriptor first.
+  static let askFirstBytes = 65_536
+
   private func schedule(interval nanoseconds: UInt64, strict: Bool) {
     interval?.timer.cancel()
     interval = nil
@@ -536,7 +561,9 @@ final class StreamEngine: @unchecked Sendable {
   private func tick() {
     guard let interval, interval.strict else { return }
     if let operation = reads.first, !operation.pending.isEmpty {
-      send(operation, done: false, data: take(min(operation.pending.count, highWater), from: operation), error: 0)
+      send(
+        operation, done: false, data: take(min(operation.pending.count, operation.highWater), from: operation),
+        error: 0)
     }
     if let operation = writes.first, operation.unreported > 0 {
       operation.unreported = 0

@@ -67,8 +67,19 @@ struct DispatchChannelDriver: ChannelDriver {
   func open(from channel: ChannelHandle, queue: AnyObject, cleanup: @escaping @Sendable (Int32) -> Void)
     -> ChannelHandle
   {
-    let io = DispatchIO(type: .stream, io: io(channel), queue: queue as! DispatchQueue, cleanupHandler: cleanup)
+    let parent = io(channel)
+    let io = DispatchIO(type: .stream, io: parent, queue: queue as! DispatchQueue, cleanupHandler: cleanup)
     io.setLimit(lowWater: 1)
+    // libdispatch makes the channel later, on the parent's queue and then the descriptor's barrier
+    // queue, and a parent stopped meanwhile (a drop at the next step) ends it with ECANCELED: a
+    // matter of timing. Its descriptor (0 until then: the object starts zeroed) is the parent's
+    // once it is made; the package's is made in call order.
+    let number = parent.fileDescriptor
+    let clock = ContinuousClock()
+    let end = clock.now + .seconds(2)
+    while number >= 0 && io.fileDescriptor != number && parent.fileDescriptor >= 0 && clock.now < end {
+      usleep(200)
+    }
     return DispatchChannelHandle(io)
   }
 

@@ -70,6 +70,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     /// run (`IntendedDifference.dropStopsReads`): the package's drop ended that read, so this one
     /// went on; libdispatch's waits until the read ends at the peer's close.
     var behindLeftRead = false
+    /// The channel's low-water mark when the operation was issued: it keeps it (libdispatch copies
+    /// the channel's parameters into each operation; so does the package's engine).
+    var lowWater: Int? = nil
     /// A read a drop left waiting in the Dispatch run (`IntendedDifference.dropStopsReads`).
     var leftWaiting = false
     var owed = false
@@ -167,7 +170,8 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       guard slot != from,
         let (parent, ended) = state.withLock({ state -> (ChannelHandle, Bool)? in
           guard let id = state.slots[from], let handle = state.channels[id].handle else { return nil }
-          return (handle, state.channels[id].closed)
+          // A channel made from one that never had the descriptor never has it either.
+          return (handle, state.channels[id].closed || state.channels[id].fromEnded)
         })
       else {
         note = "skipped (no c\(from))"
@@ -271,7 +275,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
           // How much a terminal holds unread is known only while no read gathers below its mark.
           if fixture == .pty
             && state.ops.contains(where: {
-              $0.isRead && !$0.done && !$0.endedByDrop && state.channels[$0.channel].lowWater ?? 1 > 1
+              $0.isRead && !$0.done && !$0.endedByDrop && $0.lowWater ?? 1 > 1
             })
           {
             note = "skipped (a read gathers below its low-water mark on a terminal)"
@@ -368,7 +372,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       }
     }
     if !ended {
-      timeouts.append("the closed channels' record never ended within \(deadline)")
+      timeouts.append("the closed channels' record never ended within the deadline")
       abandoned.insert("record")
     }
   }
@@ -416,6 +420,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       var operation = Operation(
         isRead: isRead, channel: channel, length: length, queue: queue, issuedClosed: state.channels[channel].closed)
       operation.generation = state.generation
+      operation.lowWater = state.channels[channel].lowWater
       // Queued behind a write the reader's close caught: by the model, not by whether that write
       // has ended yet (the package's has, with EPIPE; libdispatch's never does), so that both
       // sides map the same operations (pipe 0xd5de52bce028f17a, one run in several).
@@ -515,7 +520,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     let descriptor = state.withLock { $0.descriptor }
     if !waiter.wait(for: abandoned.contains("taken") ? .zero : deadline, until: { Posix.bytesQueued(descriptor) == 0 })
     {
-      timeouts.append("a pending read never took the bytes queued on the descriptor within \(deadline)")
+      timeouts.append("a pending read never took the bytes queued on the descriptor within the deadline")
       abandoned.insert("taken")
     }
   }
@@ -585,9 +590,10 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
   private func caughtForGood(_ op: Int, _ state: State) -> Bool {
     let channel = state.ops[op].channel
     if state.ops[op].behindLeftRead { return fixture == .pty }
+    // A stop of the channel waits behind a barrier that waits for a caught write, for good.
     return state.ops[op].readerClosed
       && (state.channels[channel].dropped
-        || state.barriers.contains { $0.channel == channel && $0.before.contains(op) })
+        || state.barriers.contains { $0.channel == channel && $0.before.contains { state.ops[$0].readerClosed } })
   }
 
   /// `IntendedDifference.hungUpTerminalEndsWrite`: the note of a read or barrier step skipped
@@ -605,12 +611,16 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         guard fixture != .pipeReadEnd, state.peer >= 0 else { return (-1, false) }
         let (bytes, _, _) = Posix.drain(state.peer)
         state.peerReceived += bytes.count
-        let wanted = state.ops.indices.contains { !state.ops[$0].isRead && !state.ops[$0].done && !blocked($0, state) }
+        // A barrier whose operations ended is about to run and let the writes behind it go.
+        let due = state.barriers.contains { !$0.ran && $0.before.allSatisfy { state.ops[$0].done } }
+        let wanted =
+          state.ops.indices.contains { !state.ops[$0].isRead && !state.ops[$0].done && !blocked($0, state) }
+          || (due && state.ops.contains { !$0.isRead && !$0.done })
         return (state.peer, wanted)
       }
       guard peer >= 0, wanted else { return }
       if clock.now >= end {
-        timeouts.append("the peer read for \(deadline) and the writes never ended")
+        timeouts.append("the peer read until the deadline and the writes never ended")
         abandoned.insert("drain")
         return
       }
@@ -638,7 +648,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       }
     }
     if !ended {
-      timeouts.append("the channels' cleanups never ran within \(deadline) after close(stop: true)")
+      timeouts.append("the channels' cleanups never ran within the deadline after close(stop: true)")
       abandoned.insert("reuse")
     }
     state.withLock { state in
@@ -713,7 +723,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
           if headRead == nil {
             headRead = op
             let available = state.peerWritten - state.streamOffset
-            if channel.lowWater ?? 1 <= 1 {
+            if operation.lowWater ?? 1 <= 1 {
               must = must || available > 0
             } else {
               must = must || operation.delivered + available >= operation.length
@@ -753,7 +763,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       return last.isEmpty
     }
     if !done {
-      timeouts.append("never delivered within \(deadline): " + last.joined(separator: "; "))
+      timeouts.append("never delivered within the deadline: " + last.joined(separator: "; "))
       abandoned.formUnion(last)
     }
     for queue in queues { driver.sync(queue) }
@@ -765,7 +775,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     timeouts = []
     state.withLock { state in
       let exact = state.ops.allSatisfy {
-        !$0.isRead || $0.done || $0.endedByDrop || state.channels[$0.channel].lowWater ?? 1 <= 1
+        !$0.isRead || $0.done || $0.endedByDrop || $0.lowWater ?? 1 <= 1
       }
       out.append("   reads delivered \(exact ? String(state.streamOffset) : "?")")
       // Each operation's end is reported at the teardown, in the order they were issued: when an
@@ -812,7 +822,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         } else {
           facts = ["errno \(operation.error)"]
           let whole =
-            operation.error == 0 && (!operation.isRead || state.channels[operation.channel].lowWater ?? 1 <= 1)
+            operation.error == 0 && (!operation.isRead || operation.lowWater ?? 1 <= 1)
           if whole { facts.append("\(operation.delivered) bytes") }
         }
         if operation.afterDone { facts.append("A CALL AFTER done") }
@@ -885,7 +895,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
         driver.side == .gcd
         ? " (the package's record counts \(StreamDescriptor.users(of: state.withLock { $0.descriptor })) channels)" : ""
       timeouts.append(
-        "after the peer's close and close(stop: true), not every operation and cleanup ended within \(deadline)\(users)"
+        "after the peer's close and close(stop: true), not every operation and cleanup ended within the deadline\(users)"
       )
     }
     for queue in queues { driver.sync(queue) }

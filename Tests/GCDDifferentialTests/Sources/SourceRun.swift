@@ -669,7 +669,7 @@ final class SourceRun: @unchecked Sendable {  // all mutable state is in `state`
       return last.isEmpty
     }
     if !done {
-      timeouts.append("never delivered within \(deadline): " + last.joined(separator: "; "))
+      timeouts.append("never delivered within the deadline: " + last.joined(separator: "; "))
       abandoned.formUnion(last)
     }
     for queue in queues { driver.sync(queue) }
