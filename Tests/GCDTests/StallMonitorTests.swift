@@ -135,10 +135,21 @@ struct StallMonitorTests {
     let monitor = StallMonitor(threshold: .seconds(5))
     let label = uniqueLabel("statistics")
     let queue = Queue(label: label)
-    for index in 0..<50 { queue.async { if index == 0 { stallTestBlock(milliseconds: 20) } } }
+    // The first item holds the queue until every item is submitted, then runs 20 ms: each item
+    // behind it waits at least that long, however late its submission came (under ASan, the
+    // submissions after a first item that had already started made a wait of 19.99 ms).
+    let submitted = Event()
+    for index in 0..<50 {
+      queue.async {
+        guard index == 0 else { return }
+        _ = submitted.wait()
+        stallTestBlock(milliseconds: 20)
+      }
+    }
     // Group work leaves its group after the work's end is recorded: the wait sees every count.
     let group = Group()
     for _ in 0..<10 { group.async(on: queue) {} }
+    submitted.signal()
     try? await group.wait()
     let rows = monitor.statistics().filter { $0.queueLabel == label }
     #expect(rows.count == 1, "\(rows)")
