@@ -360,14 +360,7 @@ private func checkPidDescriptorIsCloseOnExec() -> Never {
 
 private func checkDescriptorsPerProcSource() -> Never {
   warmUpDispatch()
-  let child = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
-  guard child > 0 else { endProcChild("spawn failed") }
-  // The sleeping child holds this process's standard error too: it goes before any ending.
-  func end(_ message: String) -> Never {
-    kill(child, SIGKILL)
-    _ = reapProcess(child)
-    endProcChild(message)
-  }
+  let (child, end) = sleepingChild()
   // The fence's instance, made once for the process: by a first source, before the count; its
   // pidfd closed (in its cancel path, before the cancel handler) before the count too.
   guard let first = try? ProcSource(pid: child, queue: .global()) else { end("ProcSource failed") }
@@ -395,13 +388,7 @@ private func checkDescriptorsPerProcSource() -> Never {
 private func checkOwnedPidfdClosedAfterExit() -> Never {
   warmUpDispatch()
   let pidfds = { openDescriptorTargets().filter { $0.value.contains("pidfd") }.count }
-  let child = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
-  guard child > 0 else { endProcChild("spawn failed") }
-  func end(_ message: String) -> Never {
-    kill(child, SIGKILL)
-    _ = reapProcess(child)
-    endProcChild(message)
-  }
+  let (child, end) = sleepingChild()
   let before = pidfds()
   guard let source = try? ProcSource(pid: child, queue: Queue(label: "proc.closed")) else { end("ProcSource failed") }
   guard pidfds() == before + 1 else { end("no pidfd opened") }
@@ -476,6 +463,21 @@ private func createAndDropThousandProcSources(running: pid_t, exited: pid_t, que
 private func expectProcChildOK(_ result: ExitTest.Result?, sourceLocation: SourceLocation = #_sourceLocation) {
   let message = standardError(of: result)
   #expect(message.contains("ProcSourceTests child: ok"), "\(message)", sourceLocation: sourceLocation)
+}
+
+/// An exit-test child's sleeping child (`/bin/sleep 60`), and the child's end: it kills and reaps
+/// the sleeper first, which holds this process's standard error too.
+private func sleepingChild() -> (pid: pid_t, end: (String) -> Never) {
+  let child = (try? spawnProcess("/bin/sleep", ["60"])) ?? -1
+  guard child > 0 else { endProcChild("spawn failed") }
+  return (
+    child,
+    { message in
+      kill(child, SIGKILL)
+      _ = reapProcess(child)
+      endProcChild(message)
+    }
+  )
 }
 
 private func endProcChild(_ message: String) -> Never {
