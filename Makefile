@@ -5,7 +5,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 EXAMPLES := $(sort $(notdir $(patsubst %/,%,$(wildcard Examples/*/))))
 
-.PHONY: all build test differential examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench io-stall-probe reader-probe sanitize sanitize-thread sanitize-address clean
+.PHONY: all build test differential examples lint format docs docs-twice docs-links docs-selftest docs-check api-check api-baseline static-examples bench io-stall-probe reader-probe fence-probe bench-http sanitize sanitize-thread sanitize-address clean
 
 SYMBOL_GRAPHS := .build/docs/symbol-graphs
 DOCS_OUT := .build/documentation
@@ -119,6 +119,22 @@ reader-probe:
 
 ## sanitize: the whole test suite but the differential suites (their 5 s deadlines) under ThreadSanitizer,
 ## then under AddressSanitizer (with LeakSanitizer), each in its own build folder; see docs/reliability.md
+## fence-probe: the descriptor fence's candidate designs, in C (Benchmarks/probes/fence_candidates.c):
+## one-shot re-arm per event, edge-triggered with a drained rule, the same with a batch per wait,
+## level-triggered; system calls, wake-ups and lost requests per request (docs/sources-linux.md).
+## Not part of CI.
+fence-probe:
+	@mkdir -p .build/bench
+	gcc -O2 -Wall -Wextra -Werror -pthread Benchmarks/probes/fence_candidates.c -o .build/bench/fence_candidates
+	.build/bench/fence_candidates
+
+## bench-http: the HTTP probe server on the package and on `import Dispatch` under wrk, keep-alive
+## and Connection: close, in interleaved rounds: req/s, CPU and system calls per request
+## (Benchmarks/http.sh; needs wrk and strace: apt-get install wrk strace). Not part of CI.
+bench-http:
+	swift build -c release --product GCDBenchmarks
+	Benchmarks/http.sh $(or $(ROUNDS),2)
+
 sanitize: sanitize-thread sanitize-address
 
 # Synchronization.Mutex's contended path is invisible to TSan; this preload

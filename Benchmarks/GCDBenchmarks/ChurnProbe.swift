@@ -120,11 +120,34 @@ protocol ProbeSource: AnyObject, Sendable {
   func cancel()
   func onEvent(_ handler: @escaping @Sendable () -> Void)
   func onCancel(_ handler: @escaping @Sendable () -> Void)
+  /// One read of `descriptor` into `buffer`, as a user of the source's API reads: `recv` on
+  /// `import Dispatch`; on the package, `ReadSource.read(into:)`, which tells the source when the
+  /// socket is empty. The count, 0 at the end of file, -1 with `errno` set.
+  func receive(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Int
+}
+
+extension ProbeSource {
+  func receive(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    recv(descriptor, buffer.baseAddress, buffer.count, 0)
+  }
 }
 
 extension Source: ProbeSource {
   func onEvent(_ handler: @escaping @Sendable () -> Void) { setEventHandler(handler) }
   func onCancel(_ handler: @escaping @Sendable () -> Void) { setCancelHandler(handler) }
+  func receive(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    guard let reader = self as? ReadSource else { return recv(descriptor, buffer.baseAddress, buffer.count, 0) }
+    do throws(GCDError) {
+      guard let count = try reader.read(into: buffer) else {
+        errno = EAGAIN
+        return -1
+      }
+      return count
+    } catch {
+      errno = error.errno
+      return -1
+    }
+  }
 }
 
 /// A `DispatchSourceRead` or `DispatchSourceWrite` as a `ProbeSource`, with what a user of
@@ -294,7 +317,7 @@ nonisolated(unsafe) private var shortReads = false
 private func readAvailable(_ connection: Connection) {
   var buffer = [UInt8](repeating: 0, count: 4096)
   while true {
-    let count = recv(connection.descriptor, &buffer, buffer.count, 0)
+    let count = buffer.withUnsafeMutableBytes { connection.reader.receive(connection.descriptor, into: $0) }
     if count > 0 {
       connection.input += buffer[0..<count]
       if shortReads && count < buffer.count { break }

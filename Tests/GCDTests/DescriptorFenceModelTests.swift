@@ -4,7 +4,7 @@ import Testing
 
 // The descriptor fence's per-descriptor state, model-checked (issue 38, item 3): two sources on one
 // descriptor (a read and a write source, as a connection has, or two read sources), the kernel's
-// one-shot registration, the fence's reader thread, each source's queue and the user's thread, over
+// edge-triggered registration, the fence's reader thread, each source's queue and the user's thread, over
 // every interleaving of their steps. Each step that runs under the fence's stripe lock, or under a
 // watch's handling lock, is one atomic transition, and runs the fence's own code on the fence's own
 // values: `DescriptorFence.Entry`'s `insert`, `record`, `rearm`, `start`, `unregister`, and
@@ -15,7 +15,8 @@ import Testing
 // (a merge pending in a source, delivered when the source is started, not suspended and idle; none
 // after `cancel()`), and the user (register, set the handler, start, suspend, resume, cancel, each
 // once per source, in any order) and the peer (the descriptor becomes readable or writable, twice;
-// a handler reads or writes until `EAGAIN`, or leaves some).
+// a handler reads or writes until `EAGAIN` and tells the source so (`ReadSource.read(into:)`), or
+// does so on its own, or leaves some).
 //
 // A lost event is a state in which no step but the user's and the peer's can run (the system is at
 // rest) while a source that is started, not suspended, not cancelled and has its handler has its
@@ -55,6 +56,8 @@ private struct SourceModel: Hashable {
   var phase = Phase.idle
   /// `setHandler` found the watch starved: its re-arm, outside the handling lock, is next.
   var rearmPending = false
+  /// Its handler's reads emptied the descriptor since the last merge, and told the watch so.
+  var drained = false
 }
 
 /// A state of the whole system. The watches' own flags (`armed`, `inTable`, the list's order,
@@ -71,20 +74,23 @@ private struct ModelState {
   var armed = Pair(false)
   var inTable = Pair(false)
   var atStart = Pair(false)
+  var missed = Pair(false)
   var handling = Pair(DescriptorWatch.Handling())
   var sources = Pair(SourceModel())
   // The kernel.
   var registeredInKernel = false
   var kernelArmed: UInt32 = 0
   var ready: UInt32 = 0
-  /// A record in the instance's ready list (its events), 0 for none.
+  /// The registration is in the instance's ready list (an edge, or a modification that found it
+  /// ready), 0 for not.
   var queued: UInt32 = 0
-  /// A record the reader took from `epoll_wait` and has not handled, 0 for none.
+  /// A record the reader took from `epoll_wait` (the events ready then) and has not handled, 0
+  /// for none.
   var fetched: UInt32 = 0
   /// The peer's readiness changes left.
   var arrivals = 2
 
-  /// The state in one word (56 bits used), for the set of states seen: every field is a few bits.
+  /// The state in one word (62 bits used), for the set of states seen: every field is a few bits.
   /// Straight-line shifts: the test target is a debug build, where helper calls cost most of the
   /// exploration.
   var key: UInt64 {
@@ -113,6 +119,8 @@ private struct ModelState {
     word = word << 1 | (sources.first.mergePending ? 1 : 0)
     word = word << 1 | (sources.first.rearmPending ? 1 : 0)
     word = word << 2 | (sources.first.phase == .idle ? 0 : sources.first.phase == .handling ? 1 : 2)
+    word = word << 1 | (sources.first.drained ? 1 : 0)
+    word = word << 1 | (missed.first ? 1 : 0)
     word = word << 1 | (armed.second ? 1 : 0)
     word = word << 1 | (inTable.second ? 1 : 0)
     word = word << 1 | (atStart.second ? 1 : 0)
@@ -129,13 +137,14 @@ private struct ModelState {
     word = word << 1 | (sources.second.mergePending ? 1 : 0)
     word = word << 1 | (sources.second.rearmPending ? 1 : 0)
     word = word << 2 | (sources.second.phase == .idle ? 0 : sources.second.phase == .handling ? 1 : 2)
+    word = word << 1 | (sources.second.drained ? 1 : 0)
+    word = word << 1 | (missed.second ? 1 : 0)
     word = word << 1 | (registeredInKernel ? 1 : 0)
     word = word << 1 | (kernelArmed & FenceModel.readable != 0 ? 1 : 0)
     word = word << 1 | (kernelArmed & FenceModel.writable != 0 ? 1 : 0)
     word = word << 1 | (ready & FenceModel.readable != 0 ? 1 : 0)
     word = word << 1 | (ready & FenceModel.writable != 0 ? 1 : 0)
-    word = word << 1 | (queued & FenceModel.readable != 0 ? 1 : 0)
-    word = word << 1 | (queued & FenceModel.writable != 0 ? 1 : 0)
+    word = word << 1 | (queued != 0 ? 1 : 0)
     word = word << 1 | (fetched & FenceModel.readable != 0 ? 1 : 0)
     word = word << 1 | (fetched & FenceModel.writable != 0 ? 1 : 0)
     return word
@@ -173,6 +182,7 @@ private final class FenceModel {
       watch.armed = state.armed[index]
       watch.inTable = state.inTable[index]
       watch.arming = state.atStart[index] ? .atStart : .byRegistration
+      watch.missed = state.missed[index]
       watch.next = nil
       watch.previous = nil
     }
@@ -196,6 +206,7 @@ private final class FenceModel {
       state.armed[index] = watch.armed
       state.inTable[index] = watch.inTable
       state.atStart[index] = watch.arming == .atStart
+      state.missed[index] = watch.missed
     }
     state.entryPresent = entry != nil
     state.listed = 0
@@ -219,10 +230,12 @@ private final class FenceModel {
   }
 
   /// `EPOLL_CTL_MOD` with `mask` on the registration (the model's never fails): the fence records
-  /// it as the kernel's mask.
+  /// it as the kernel's mask, and the kernel polls the file: a ready direction it asks for puts the
+  /// registration in the ready list.
   private func modify(_ mask: UInt32, _ entry: inout DescriptorFence.Entry?, _ state: inout ModelState) {
     state.kernelArmed = mask
     entry!.kernelMask = mask
+    if state.ready & mask != 0 { state.queued = 1 }
   }
 
   /// `eventDone` and the re-arm after a handler is set: `DescriptorFence.rearm`.
@@ -230,7 +243,7 @@ private final class FenceModel {
     if state.sources[index].cancelRequested { return }  // `source_testcancel`
     let watch = watches[index]
     guard watch.inTable, !watch.armed else { return }
-    if let mask = entry!.rearm(watch) { modify(mask, &entry, &state) }
+    if let mask = entry!.rearm(watch, drained: state.sources[index].drained) { modify(mask, &entry, &state) }
   }
 
   /// Runs `body` on the real objects restored from `state` when `enabled` says the step can run
@@ -258,18 +271,12 @@ private final class FenceModel {
       steps.append(Step(name: name, isInternal: isInternal) { [unowned self] in step($0, enabled, body) })
     }
 
-    // The kernel: an armed registration whose direction is ready queues a record, and disables
-    // itself (one-shot).
-    add("kernel reports", isInternal: true, when: { $0.queued == 0 && $0.kernelArmed & $0.ready != 0 }) { _, state in
-      guard state.registeredInKernel, state.queued == 0, state.kernelArmed & state.ready != 0 else { return false }
-      state.queued = state.kernelArmed & state.ready
-      state.kernelArmed = 0
-      return true
-    }
-    // The reader: takes the record out of `epoll_wait`, then handles it under the stripe's lock.
+    // The kernel (edge-triggered): an edge puts the registration in the ready list (the peer's
+    // steps, and `modify`); `epoll_wait` reports the events ready and asked for then, and takes it
+    // out of the list (none ready: no record).
     add("reader waits", isInternal: true, when: { $0.queued != 0 && $0.fetched == 0 }) { _, state in
       guard state.queued != 0, state.fetched == 0 else { return false }
-      (state.fetched, state.queued) = (state.queued, 0)
+      (state.fetched, state.queued) = (state.ready & state.kernelArmed, 0)
       return true
     }
     add("reader merges", isInternal: true, when: { $0.fetched != 0 }) { [unowned self] entry, state in
@@ -281,7 +288,9 @@ private final class FenceModel {
       let mask = entry!.record(
         readable: events & FenceModel.readable != 0, writable: events & FenceModel.writable != 0
       ) { watch in
-        state.sources[watches.firstIndex { $0 === watch }!].mergePending = true
+        let index = watches.firstIndex { $0 === watch }!
+        state.sources[index].mergePending = true
+        state.sources[index].drained = false
       }
       if let mask { modify(mask, &entry, &state) }
       return true
@@ -305,14 +314,16 @@ private final class FenceModel {
         }
         return true
       }
-      // The handler reads (or writes) until `EAGAIN`, or leaves some.
-      for drains in [true, false] {
-        add(
-          "\(name) handler\(drains ? " drains" : " leaves some")", isInternal: true,
-          when: { $0.sources[index].phase == .handling }
-        ) { [unowned self] _, state in
+      // The handler reads (or writes) until `EAGAIN` and tells the watch (a read source's
+      // `read(into:)`), or empties it on its own, or leaves some.
+      for (variant, drains, tells) in [
+        (" drains and tells", true, true), (" drains on its own", true, false), (" leaves some", false, false),
+      ] where !tells || !watches[index].writable {
+        add("\(name) handler\(variant)", isInternal: true, when: { $0.sources[index].phase == .handling }) {
+          [unowned self] _, state in
           guard state.sources[index].phase == .handling else { return false }
           if drains { state.ready &= ~direction(index) }
+          if tells { state.sources[index].drained = true }
           state.sources[index].phase = .handled
           return true
         }
@@ -366,6 +377,7 @@ private final class FenceModel {
           made.insert(watch)
           watch.arming = .byRegistration
           (state.registeredInKernel, state.kernelArmed) = (true, made.mask)
+          if state.ready & made.mask != 0 { state.queued = 1 }
           made.kernelMask = made.mask
           entry = made
         }
@@ -420,9 +432,11 @@ private final class FenceModel {
     // The peer.
     for (name, bit) in [("readable", FenceModel.readable), ("writable", FenceModel.writable)] {
       add("peer makes the descriptor \(name)", isInternal: false, when: { $0.arrivals > 0 }) { _, state in
-        guard state.arrivals > 0, state.ready & bit == 0 else { return false }
+        // More data, or more room: an edge even when the direction was ready already.
+        guard state.arrivals > 0 else { return false }
         state.arrivals -= 1
         state.ready |= bit
+        if state.registeredInKernel, state.kernelArmed & bit != 0 { state.queued = 1 }
         return true
       }
     }

@@ -26,33 +26,6 @@ private func isOpen(_ descriptor: Int32, as object: String) -> Bool {
 /// Whether any open descriptor still refers to `object`.
 private func isHeld(_ object: String) -> Bool { openDescriptorTargets().values.contains(object) }
 
-/// A connected TCP pair on 127.0.0.1 (blocking, close-on-exec).
-private func tcpPair() -> (client: Int32, server: Int32) {
-  let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-  precondition(listener >= 0, "socket: errno \(errno)")
-  defer { close(listener) }
-  var address = sockaddr_in()
-  address.sin_family = sa_family_t(AF_INET)
-  address.sin_addr.s_addr = inet_addr("127.0.0.1")
-  var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-  withUnsafeMutablePointer(to: &address) { pointer in
-    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
-      precondition(bind(listener, generic, length) == 0, "bind: errno \(errno)")
-      precondition(listen(listener, 4) == 0, "listen: errno \(errno)")
-      precondition(getsockname(listener, generic, &length) == 0, "getsockname: errno \(errno)")
-    }
-  }
-  let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-  let connected = withUnsafePointer(to: &address) {
-    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
-  }
-  precondition(connected == 0, "connect: errno \(errno)")
-  let server = accept(listener, nil, nil)
-  precondition(server >= 0, "accept: errno \(errno)")
-  _ = fcntl(server, F_SETFD, FD_CLOEXEC)
-  return (client, server)
-}
-
 /// `count` random bytes from /dev/urandom.
 private func randomBuffer(_ count: Int) -> DispatchBuffer {
   let memory = malloc(count)!

@@ -395,4 +395,139 @@ struct ReadSourceTests {
       close(right)
     }
   }
+
+  /// The descriptors a level-semantics test reads: a pipe, a TCP connection on 127.0.0.1, a Unix
+  /// stream socket pair; `(read, write)`, the read end non-blocking.
+  enum Fixture: String, CaseIterable, CustomTestStringConvertible {
+    case pipe, tcp, unixSocket
+
+    var testDescription: String { rawValue }
+
+    func make() -> (read: Int32, write: Int32) {
+      switch self {
+      case .pipe:
+        return makePipe()
+      case .tcp:
+        let (client, server) = tcpPair()
+        _ = fcntl(server, F_SETFL, O_NONBLOCK)
+        return (server, client)
+      case .unixSocket:
+        return makeSocketPair()
+      }
+    }
+  }
+
+  /// One read of up to `count` bytes in a handler: through the source (`read(into:)`) or with
+  /// `read(2)` of its own; the count, 0 at the end of file, nil for nothing now.
+  static func readOnce(_ source: ReadSource, _ count: Int, throughSource: Bool, into received: Recorder<UInt8>) -> Int?
+  {
+    var buffer = [UInt8](repeating: 0, count: count)
+    let got: Int? = buffer.withUnsafeMutableBytes { bytes in
+      if throughSource { return try? source.read(into: bytes) }
+      let got = read(source.fileDescriptor, bytes.baseAddress, bytes.count)
+      return got < 0 ? nil : got
+    }
+    if let got, got > 0 { for byte in buffer.prefix(got) { received.append(byte) } }
+    return got
+  }
+
+  @Test(
+    "a handler that takes one byte per event is called again for what it left: every byte, then the end of file",
+    arguments: Fixture.allCases, [true, false])
+  func oneBytePerEvent(fixture: Fixture, throughSource: Bool) {
+    let (readEnd, writeEnd) = fixture.make()
+    let expected = patternBytes(40)
+    #expect(expected.withUnsafeBytes { write(writeEnd, $0.baseAddress, $0.count) } == expected.count)
+    close(writeEnd)
+    let source = try! ReadSource(fileDescriptor: readEnd, queue: Queue(label: "read.level"))
+    let received = Recorder<UInt8>()
+    let calls = Counter()
+    let ended = Event()
+    source.setEventHandler { [unowned source] in
+      calls.increment()
+      if ReadSourceTests.readOnce(source, 1, throughSource: throughSource, into: received) == 0 { source.cancel() }
+    }
+    source.setCancelHandler {
+      close(readEnd)
+      ended.signal()
+    }
+    source.resume()
+    #expect(ended.wait())
+    #expect(received.values == expected)
+    // One call per byte and one for the end of file: none lost, none for nothing.
+    #expect(calls.current == expected.count + 1)
+  }
+
+  /// In a process of its own (the fence's count of `epoll_ctl` modifications is the process's):
+  /// 50 rounds of one byte written once the source waits again, and each handler's one read of
+  /// up to 64 bytes; the modifications the 50 re-arms made.
+  static func rearmCalls(_ fixture: Fixture, throughSource: Bool, untilNothing: Bool = false) -> Int {
+    let fence = try! DescriptorFence.shared("rearmCalls")
+    let (readEnd, writeEnd) = fixture.make()
+    let source = try! ReadSource(fileDescriptor: readEnd, queue: Queue(label: "read.rearm"))
+    let received = Recorder<UInt8>()
+    let handled = Counter()
+    source.setEventHandler { [unowned source] in
+      while ReadSourceTests.readOnce(source, 64, throughSource: throughSource, into: received) != nil && untilNothing {}
+      handled.increment()
+    }
+    source.resume()
+    let before = fence.modifications.load(ordering: .relaxed)
+    for round in 1...50 {
+      _ = write(writeEnd, "x", 1)
+      if !pollUntil({ handled.current == round && fence.isArmed(source.watch!) }) {
+        failChild("\(fixture) round \(round): the handler did not run, or its source did not wait again")
+      }
+    }
+    let calls = fence.modifications.load(ordering: .relaxed) - before
+    if received.count != 50 { failChild("\(fixture): \(received.count) bytes of 50") }
+    source.cancel()
+    close(writeEnd)
+    return calls
+  }
+
+  @Test(
+    "waiting again after a handler that emptied a pipe or a TCP socket through read(into:) costs no epoll_ctl; after one that read on its own, or short on a Unix socket, one"
+  )
+  func emptiedDescriptorWaitsWithNoCall() async {
+    await #expect(processExitsWith: .success) { ReadSourceTests.checkRearmCalls() }
+  }
+
+  /// The exit test's body: each case's modifications in 50 re-arms.
+  static func checkRearmCalls() {
+    for fixture in [Fixture.pipe, .tcp] {
+      let calls = ReadSourceTests.rearmCalls(fixture, throughSource: true)
+      if calls != 0 { failChild("\(fixture) through read(into:): \(calls) modifications in 50 re-arms, not 0") }
+    }
+    let untilNothing = ReadSourceTests.rearmCalls(.unixSocket, throughSource: true, untilNothing: true)
+    if untilNothing != 0 { failChild("Unix socket read until nil: \(untilNothing) modifications, not 0") }
+    for (fixture, throughSource) in [(Fixture.pipe, false), (.tcp, false), (.unixSocket, true)] {
+      let calls = ReadSourceTests.rearmCalls(fixture, throughSource: throughSource)
+      if calls != 50 { failChild("\(fixture), through the source \(throughSource): \(calls) modifications, not 50") }
+    }
+    exit(0)
+  }
+
+  @Test("read(into:) reads, says nil for nothing now and 0 at the end of file, and throws EBADF naming the call")
+  func readIntoResults() throws {
+    let (readEnd, writeEnd) = makePipe()
+    let source = try ReadSource(fileDescriptor: readEnd, queue: Queue(label: "read.into"))
+    var buffer = [UInt8](repeating: 0, count: 8)
+    #expect(try buffer.withUnsafeMutableBytes { try source.read(into: $0) } == nil)
+    _ = write(writeEnd, "abc", 3)
+    #expect(try buffer.withUnsafeMutableBytes { try source.read(into: $0) } == 3)
+    #expect(buffer.prefix(3) == [97, 98, 99])
+    close(writeEnd)
+    #expect(try buffer.withUnsafeMutableBytes { try source.read(into: $0) } == 0)
+    let cancelled = Event()
+    source.setCancelHandler {
+      close(readEnd)
+      cancelled.signal()
+    }
+    source.cancel()
+    #expect(cancelled.wait())
+    let error = #expect(throws: GCDError.self) { try buffer.withUnsafeMutableBytes { try source.read(into: $0) } }
+    #expect(error?.errno == EBADF)
+    #expect(error?.operation.hasSuffix("read(into:): read") == true)
+  }
 }

@@ -2,11 +2,13 @@
 ///
 /// The descriptor stays yours: close it in the cancel handler, after the
 /// source has stopped watching it. Put the descriptor in non-blocking mode
-/// (`fcntl(fd, F_SETFL, O_NONBLOCK)`) so a read never blocks the queue, and
-/// in each handler call read until `read` fails with `EAGAIN` (or returns 0
-/// at end of file): on Linux libdispatch may not report again data that
-/// was already there — reading only `bytesAvailable` per call can leave the
-/// rest of a pipe, and its end of file, unseen once the writer has closed.
+/// (`fcntl(fd, F_SETFL, O_NONBLOCK)`) so a read never blocks the queue.
+/// The source fires while the descriptor is readable: a handler may read
+/// once and return, and it is called again for what it left (and for the
+/// end of file, until you cancel). Read with ``read(into:)``: it tells the
+/// source when the descriptor is empty, so the next wait costs no system
+/// call; after a handler that reads on its own, the source asks the kernel
+/// once (`epoll_ctl`) whether more is there.
 /// A regular file is always readable: the handler runs until you cancel the
 /// source; read until `read` returns 0 and cancel then.
 ///
@@ -77,6 +79,27 @@ public final class ReadSource: Source, @unchecked Sendable {
 
   /// The watched descriptor.
   public let fileDescriptor: Int32
+
+  /// Reads up to `buffer.count` bytes from the descriptor into `buffer`: how many it read, 0 at
+  /// the end of file, or nil when nothing is there now (`EAGAIN`: the descriptor is non-blocking).
+  /// A read interrupted by a signal (`EINTR`) is made again.
+  ///
+  /// The read also tells the source when the descriptor is empty — it found nothing, or, on a pipe
+  /// or a TCP socket, it returned fewer bytes than it asked for — so the source then waits for the
+  /// next byte with no system call. Read here in the event handler, once or until it returns nil;
+  /// what you leave fires the handler again. Any thread may call it.
+  ///
+  /// - Throws: `GCDError` naming `read` and its errno: `ECONNRESET`, `EBADF` (the descriptor was
+  ///   closed under the source), `EINVAL`, …
+  ///
+  /// The corresponding C function is `read`.
+  public func read(into buffer: UnsafeMutableRawBufferPointer) throws(GCDError) -> Int? {
+    let got = watch?.read(into: buffer) ?? DescriptorWatch.read(fileDescriptor, into: buffer)
+    if got >= 0 { return got }
+    let error = system_errno
+    if error == Errno.wouldBlock { return nil }
+    throw GCDError(operation: "ReadSource(fileDescriptor: \(fileDescriptor)).read(into:): read", errno: error)
+  }
 
   /// The watched descriptor, as a handle.
   public override var handle: UInt { UInt(bitPattern: Int(fileDescriptor)) }

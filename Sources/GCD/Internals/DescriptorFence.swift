@@ -79,16 +79,16 @@ final class DescriptorFence: Sendable {
     unowned(unsafe) var first: DescriptorWatch?
     var armedReaders = 0
     var armedWriters = 0
-    /// The events the kernel reports now: the mask last given to `epoll_ctl`, 0 once the
-    /// registration fired (one-shot disables it) until it is modified again. A change that leaves
-    /// the armed mask equal to it needs no call.
+    /// The events the kernel reports, edge-triggered: the mask last given to `epoll_ctl`. A record
+    /// leaves it as it is; a direction no watch took twice in a row leaves it (`record`), and
+    /// comes back with the next re-arm of a watch of that direction.
     var kernelMask: UInt32 = 0
 
     init(generation: UInt32) { self.generation = generation }
 
     /// The events the kernel is to report: the union of the armed watches' interests.
     var mask: UInt32 {
-      (armedReaders > 0 ? system_epollIn | system_epollReadHangUp : 0) | (armedWriters > 0 ? system_epollOut : 0)
+      (armedReaders > 0 ? DescriptorWatch.readEvents : 0) | (armedWriters > 0 ? DescriptorWatch.writeEvents : 0)
     }
 
     /// Links `watch` in, armed or not.
@@ -121,43 +121,71 @@ final class DescriptorFence: Sendable {
     }
 
     // The transitions: each runs under the stripe's lock and returns the mask to give the kernel
-    // (`EPOLL_CTL_MOD`, one-shot), or nil for no call; the caller records a modification that
-    // succeeded as `kernelMask`. Pure but for the watches' own flags, so the model test
+    // (`EPOLL_CTL_MOD`, edge-triggered), or nil for no call; the caller records a modification
+    // that succeeded as `kernelMask`. Pure but for the watches' own fields, so the model test
     // (`DescriptorFenceModelTests`) runs these very functions over every interleaving.
 
-    /// A record of the kernel's: `merge` each armed watch the events concern, which is disarmed;
-    /// the registration is off (one-shot), on again for the watches still armed.
-    mutating func record(readable: Bool, writable: Bool, merge: (DescriptorWatch) -> Void) -> UInt32? {
+    /// A record of the kernel's (an edge: the direction became ready, or more came): `merge` each
+    /// armed watch the events concern, which is disarmed, its drain state a new epoch; a watch of
+    /// that direction that is not armed (its handler is pending or running, its source suspended
+    /// or not started) has `missed` the edge, and asks the kernel again when it re-arms. The
+    /// registration stays as it is — no call — unless a direction reached no armed watch twice
+    /// in a row, or has no watch at all: that direction leaves the mask (a suspended source's
+    /// descriptor stops waking the reader), until a watch of it re-arms.
+    mutating func record(
+      readable: Bool, writable: Bool, hungUp: Bool = false, merge: (DescriptorWatch) -> Void
+    ) -> UInt32? {
+      var delivered: UInt32 = 0
+      var missedTwice: UInt32 = 0
+      var listed: UInt32 = 0
       var next = first
       while let watch = next {
         next = watch.next
-        if watch.armed && (watch.writable ? writable : readable) {
+        listed |= watch.events
+        if hungUp { watch.hungUp = true }
+        guard watch.writable ? writable : readable else { continue }
+        if watch.armed {
           merge(watch)
           disarm(watch)
+          watch.missed = false
+          watch.newEpoch()
+          delivered |= watch.events
+        } else {
+          if watch.missed { missedTwice |= watch.events }
+          watch.missed = true
         }
       }
-      kernelMask = 0
-      return mask != 0 ? mask : nil
+      let concerned = (readable ? DescriptorWatch.readEvents : 0) | (writable ? DescriptorWatch.writeEvents : 0)
+      let dropped = concerned & kernelMask & ~delivered & (missedTwice | ~listed)
+      return dropped != 0 ? kernelMask & ~dropped : nil
     }
 
-    /// `watch` (in the entry, disarmed) waits again after its handler: no call when the kernel
-    /// reports its direction already (another armed watch asked for it, and nothing fired since).
-    mutating func rearm(_ watch: DescriptorWatch) -> UInt32? {
+    /// `watch` (in the entry, disarmed) waits again after its handler. No call when the kernel
+    /// reports its direction, no edge came while it was disarmed, and its handler emptied the
+    /// descriptor (`drained`): the next byte, or the next room, is an edge the reader sees. Else a
+    /// modification, which asks the kernel again (an `EPOLL_CTL_MOD` polls the file, and queues a
+    /// record if the direction is ready): what the handler left, or what came meanwhile, fires at
+    /// once — the level semantics of a libdispatch read or write source.
+    mutating func rearm(_ watch: DescriptorWatch, drained: Bool) -> UInt32? {
       arm(watch)
-      return mask == kernelMask ? nil : mask
+      let wanted = kernelMask | watch.events
+      if wanted == kernelMask && drained && !watch.missed && !watch.hungUp { return nil }
+      watch.missed = false
+      return wanted
     }
 
     /// `watch` (in the entry, disarmed) arms at its first start: always a call, the watch's first,
-    /// which answers for a stale entry (`ENOENT`: the number was closed and reused).
+    /// which answers for a stale entry (`ENOENT`: the number was closed and reused), and asks the
+    /// kernel for what is ready now.
     mutating func start(_ watch: DescriptorWatch) -> UInt32 {
       arm(watch)
-      return mask
+      watch.missed = false
+      return kernelMask | watch.events
     }
 
     /// `watch` leaves: true when it was the last, and the registration goes too (`EPOLL_CTL_DEL`);
-    /// otherwise no call — the remaining watches want what the kernel reports, or less, and a
-    /// record for the direction that left (one at most: one-shot) finds no armed watch to merge
-    /// into and re-arms for those that are (`record`).
+    /// otherwise no call — a later edge of a direction no watch has any more leaves the mask then
+    /// (`record`).
     mutating func unregister(_ watch: DescriptorWatch) -> Bool {
       remove(watch)
       return first == nil
@@ -310,8 +338,7 @@ final class DescriptorFence: Sendable {
     entry.insert(watch)
     let key = DescriptorFence.key(descriptor, entry.generation)
     guard
-      system_epoll_control(instance, modify: false, descriptor, events: entry.mask | system_epollOneShot, key: key)
-        == 0
+      system_epoll_control(instance, modify: false, descriptor, events: entry.mask | system_epollEdge, key: key) == 0
     else {
       let error = system_errno
       entry.remove(watch)
@@ -346,7 +373,9 @@ final class DescriptorFence: Sendable {
           // table with its event; the others are merged and wait for their re-arm. (An empty array
           // allocates nothing: a read or write source's event costs what it did.)
           var finished: [DescriptorWatch] = []
-          let mask = table.entries[descriptor]!.record(readable: readable, writable: writable) { watch in
+          let hungUp = failed || events & system_epollReadHangUp != 0
+          let mask = table.entries[descriptor]!.record(readable: readable, writable: writable, hungUp: hungUp) {
+            watch in
             Libdispatch.source_merge_data(watch.raw, watch.mergeValue)
             if watch.deliversOnce { finished.append(watch) }
           }
@@ -354,10 +383,8 @@ final class DescriptorFence: Sendable {
             table.entries[descriptor] = nil
             system_epoll_remove(instance, descriptor)
           }
-          // The record disabled the registration (one-shot): on again for the watches still armed.
-          if table.entries[descriptor] != nil, let mask,
-            system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollOneShot, key: key) == 0
-          {
+          // A direction that reached no armed watch twice leaves the registration.
+          if table.entries[descriptor] != nil, let mask, modify(descriptor, mask, key: key) {
             table.entries[descriptor]!.kernelMask = mask
           }
           return finished
@@ -381,10 +408,7 @@ final class DescriptorFence: Sendable {
       guard watch.inTable, !watch.armed else { return [] }
       let mask = table.entries[descriptor]!.start(watch)
       let generation = table.entries[descriptor]!.generation
-      if system_epoll_control(
-        instance, modify: true, descriptor, events: mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, generation)) == 0
-      {
+      if modify(descriptor, mask, key: DescriptorFence.key(descriptor, generation)) {
         table.entries[descriptor]!.kernelMask = mask
         return []
       }
@@ -403,23 +427,33 @@ final class DescriptorFence: Sendable {
     for old in stale { Libdispatch.release(old.raw) }
   }
 
-  /// Arms `watch` again after its handler ran: the kernel is asked again, and reports at once what
-  /// is still ready. Nothing for a watch no longer in the table, or armed already.
-  func rearm(_ watch: DescriptorWatch) {
+  /// Arms `watch` again after its handler ran (`Entry.rearm`): with no call when its handler
+  /// emptied the descriptor (`drained`) and no edge came meanwhile; else the kernel is asked
+  /// again, and reports at once what is still ready. Nothing for a watch no longer in the table,
+  /// or armed already.
+  func rearm(_ watch: DescriptorWatch, drained: Bool) {
     stripe(watch.descriptor).table.withLock { table in
       guard watch.inTable, !watch.armed else { return }
       let descriptor = watch.descriptor
-      guard let mask = table.entries[descriptor]!.rearm(watch) else { return }
+      guard let mask = table.entries[descriptor]!.rearm(watch, drained: drained) else { return }
       // A failure (the descriptor was closed under its source) leaves the watch silent, as the
       // kernel does.
-      if system_epoll_control(
-        instance, modify: true, descriptor, events: mask | system_epollOneShot,
-        key: DescriptorFence.key(descriptor, table.entries[descriptor]!.generation)) == 0
-      {
+      if modify(descriptor, mask, key: DescriptorFence.key(descriptor, table.entries[descriptor]!.generation)) {
         table.entries[descriptor]!.kernelMask = mask
       }
     }
   }
+
+  /// `EPOLL_CTL_MOD` of `descriptor`'s registration to `mask`, edge-triggered (which polls the file
+  /// and queues a record if it is ready); whether it succeeded. Counted (`modifications`).
+  private func modify(_ descriptor: Int32, _ mask: UInt32, key: UInt64) -> Bool {
+    modifications.add(1, ordering: .relaxed)
+    return system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollEdge, key: key) == 0
+  }
+
+  /// The `EPOLL_CTL_MOD` calls made so far (tests: a re-arm after a handler that emptied its
+  /// descriptor makes none). Relaxed: a count, read after the events it counts were waited for.
+  let modifications = Atomic<Int>(0)
 
   /// Stops watching: takes `watch` out of the table, and the descriptor out of the instance with
   /// its last watch. Called once, in the source's cancel path before the user's cancel handler
@@ -485,6 +519,12 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   var armed = false
   /// In the fence's table. Under the fence's table lock.
   var inTable = false
+  /// An edge of its direction came while it was not armed: its re-arm asks the kernel again.
+  /// Under the fence's table lock.
+  var missed = false
+  /// A record said the peer hung up (or an error): the descriptor is readable for good (its end of
+  /// file), which no edge will say again, so every re-arm asks the kernel. Under the lock.
+  var hungUp = false
   /// The next and previous watch of the same descriptor. Under the fence's table lock; neither is
   /// retained (`DescriptorFence.Entry.first` says why a listed watch is alive).
   unowned(unsafe) var next: DescriptorWatch?
@@ -495,6 +535,28 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   let descriptor: Int32
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
+
+  /// What a read watch asks the kernel for (a hang-up of the peer's writing side reads as an end of
+  /// file), and what a write watch asks for.
+  static let readEvents = system_epollIn | system_epollReadHangUp
+  static let writeEvents = system_epollOut
+  /// This watch's events.
+  var events: UInt32 { writable ? DescriptorWatch.writeEvents : DescriptorWatch.readEvents }
+
+  /// What the reads made through the source since its last event say, and an epoch the fence
+  /// advances with each merge (`newEpoch`, under the table lock): bit 0, a read found nothing
+  /// (`EAGAIN`); bit 1, a read returned fewer bytes than it asked for; bits 2
+  /// and 3, whether such a short read empties this descriptor (`system_shortReadEmpties`: 0 not
+  /// asked yet, 1 it does, 2 it does not); the epoch above them. A read (`read(into:)`, any
+  /// thread) loads the word before its call and sets its bit only if the word is unchanged after
+  /// it (compare-and-exchange): a merge in between — an edge the read may not have seen — makes
+  /// the bit fail to stick, and the re-arm asks the kernel.
+  private let drainState = Atomic<UInt64>(0)
+  private static let emptiedBit: UInt64 = 1
+  private static let shortBit: UInt64 = 2
+  private static let kindShift: UInt64 = 2
+  private static let kindMask: UInt64 = 3 << 2
+  private static let epochUnit: UInt64 = 1 << 4
   /// What an event merges into the C source: 1 for a read or write source; a process source's
   /// exit bits.
   let mergeValue: UInt
@@ -585,6 +647,73 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     Libdispatch.source_set_event_handler(raw) { [self] in fire() }
   }
 
+  /// A merge: a new epoch, with no read recorded in it (under the fence's table lock). Acquiring and
+  /// releasing: a read that loads the new word sees the merge, and the edge before it.
+  func newEpoch() {
+    var state = drainState.load(ordering: .relaxed)
+    while true {
+      let next =
+        (state & DescriptorWatch.kindMask) | ((state & ~(DescriptorWatch.epochUnit - 1)) &+ DescriptorWatch.epochUnit)
+      let (exchanged, original) = drainState.compareExchange(
+        expected: state, desired: next, ordering: .acquiringAndReleasing)
+      if exchanged { return }
+      state = original
+    }
+  }
+
+  /// `read(2)` of up to `buffer.count` bytes into `buffer`, again on `EINTR`: the count (0 at the
+  /// end of file), or -1 with `errno` set. A read that finds nothing (`EAGAIN`), or that returns fewer bytes than it asked for, is recorded (`drainState`), so the re-arm
+  /// after the handler need not ask the kernel.
+  func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    let before = drainState.load(ordering: .acquiring)
+    let got = DescriptorWatch.read(descriptor, into: buffer)
+    if buffer.count == 0 { return got }
+    let error = system_errno
+    // Not the end of file: it stays readable for good, and the re-arm must say so again.
+    let bit: UInt64 =
+      got < 0 && error == Errno.wouldBlock
+      ? DescriptorWatch.emptiedBit
+      : got > 0 && got < buffer.count ? DescriptorWatch.shortBit : 0
+    if bit != 0 { _ = drainState.compareExchange(expected: before, desired: before | bit, ordering: .releasing) }
+    return got
+  }
+
+  /// `read(2)` of `descriptor` into `buffer`, again on `EINTR`; a read of 0 bytes is made too (it
+  /// answers `EBADF` for a closed descriptor).
+  static func read(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    var got: Int
+    repeat {
+      got = system_read(descriptor, buffer.baseAddress ?? UnsafeMutableRawPointer(bitPattern: 1)!, buffer.count)
+    } while got < 0 && system_errno == Errno.interrupted
+    return got
+  }
+
+  /// Whether the reads since the last merge emptied the descriptor: one found nothing, or one was
+  /// short on a descriptor where that means empty (asked once per watch, here, outside every lock:
+  /// one or two calls, at the first re-arm after a short read).
+  private func drained() -> Bool {
+    if writable { return false }
+    let state = drainState.load(ordering: .acquiring)
+    if state & DescriptorWatch.emptiedBit != 0 { return true }
+    guard state & DescriptorWatch.shortBit != 0 else { return false }
+    switch (state & DescriptorWatch.kindMask) >> DescriptorWatch.kindShift {
+    case 1: return true
+    case 2: return false
+    default:
+      let empties = system_shortReadEmpties(descriptor)
+      let kind: UInt64 = (empties ? 1 : 2) << DescriptorWatch.kindShift
+      var current = state
+      while true {
+        let (exchanged, original) = drainState.compareExchange(
+          expected: current, desired: current | kind, ordering: .relaxed)
+        if exchanged { break }
+        current = original
+      }
+      // The epoch may have moved since `state` was read: only the bits read before count.
+      return empties
+    }
+  }
+
   /// The C source's event block: the handler, then the re-arm; no handler: no re-arm, `starved`.
   private func fire() {
     guard let handler = handling.withLock({ $0.event() }) else { return }
@@ -651,7 +780,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     if arming == .alwaysReady {
       Libdispatch.source_merge_data(raw, 1)
     } else {
-      fence.rearm(self)
+      fence.rearm(self, drained: drained())
     }
   }
 

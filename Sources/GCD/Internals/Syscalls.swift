@@ -85,6 +85,8 @@ struct FileStatus {
   var isDirectory: Bool
   /// A FIFO or a socket: a stream no offset applies to.
   var isStream: Bool
+  /// A pipe or a FIFO.
+  var isFIFO: Bool
   /// A character device: a terminal, a pseudo-terminal, `/dev/null`, `/dev/zero`.
   var isCharacterDevice: Bool
   /// A regular file (libdispatch reads and writes it blocking, on its disk queues).
@@ -106,6 +108,7 @@ func system_fstat(_ descriptor: Int32) -> FileStatus? {
   return FileStatus(
     isDirectory: status.st_mode & S_IFMT == S_IFDIR,
     isStream: status.st_mode & S_IFMT == S_IFIFO || status.st_mode & S_IFMT == S_IFSOCK,
+    isFIFO: status.st_mode & S_IFMT == S_IFIFO,
     isCharacterDevice: status.st_mode & S_IFMT == S_IFCHR,
     isRegular: status.st_mode & S_IFMT == S_IFREG,
     size: Int(status.st_size), links: UInt(status.st_nlink), device: UInt64(status.st_dev),
@@ -367,6 +370,23 @@ let system_epollIn = EPOLLIN.rawValue
 let system_epollOut = EPOLLOUT.rawValue
 let system_epollReadHangUp = EPOLLRDHUP.rawValue
 let system_epollOneShot = EPOLLONESHOT.rawValue
+let system_epollEdge = EPOLLET.rawValue
+
+/// Whether a read from `descriptor` that returns fewer bytes than it asked for has emptied it (the
+/// kernel copies what is queued, up to the count, and returns short only when nothing is left): a
+/// pipe or FIFO (`fstat`), a TCP socket (`getsockopt(SO_PROTOCOL)`). Not for a datagram socket
+/// (a read takes one message), a Unix-domain stream socket (a read stops where the credentials or
+/// passed descriptors of the queued messages change) or a terminal (a canonical-mode read takes a
+/// line). One or two calls.
+func system_shortReadEmpties(_ descriptor: Int32) -> Bool {
+  var protocolNumber: Int32 = 0
+  var length = socklen_t(MemoryLayout<Int32>.size)
+  if getsockopt(descriptor, SOL_SOCKET, SO_PROTOCOL, &protocolNumber, &length) == 0 {
+    return protocolNumber == Int32(IPPROTO_TCP)
+  }
+  guard errno == ENOTSOCK, let status = system_fstat(descriptor) else { return false }
+  return status.isFIFO
+}
 
 /// `epoll_wait(epoll, …, 0)` until nothing is ready: the union of the events
 /// reported (0 when none was, or when the outer poll already consumed it).
