@@ -19,7 +19,7 @@ for tool in wrk strace; do
   command -v "$tool" > /dev/null || { echo "http.sh: $tool is missing (apt-get install $tool)" >&2; exit 2; }
 done
 [ -x "$BIN" ] || { echo "http.sh: no $BIN (swift build -c release --product GCDBenchmarks)" >&2; exit 2; }
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 8000))
 TICKS=$(getconf CLK_TCK)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -375,7 +375,11 @@ final class StreamEngine: @unchecked Sendable {
         readEnded = Errno.noMemory
         continue
       }
-      let got = system_read(descriptor, memory, count)
+      // Through the read source's watch once there is one: a read that empties the descriptor
+      // tells it, and its next wait costs no call.
+      let got =
+        readSource?.watch?.read(into: UnsafeMutableRawBufferPointer(start: memory, count: count))
+        ?? system_read(descriptor, memory, count)
       hasRead = true
       if got <= 0 {
         let error = got < 0 ? system_errno : 0
