@@ -68,6 +68,9 @@ private struct ModelState {
   var armedReaders = 0
   var armedWriters = 0
   var kernelMask: UInt32 = 0
+  /// The entry's registration is one-shot (`Entry.oneShot`; the kernel's is the same: each change
+  /// comes with its modification, in one step).
+  var oneShot = false
   /// The entry's list: how many watches, and the first one's index (the other follows it).
   var listed = 0
   var firstListed = 0
@@ -90,12 +93,13 @@ private struct ModelState {
   /// The peer's readiness changes left.
   var arrivals = 2
 
-  /// The state in one word (62 bits used), for the set of states seen: every field is a few bits.
+  /// The state in one word (63 bits used), for the set of states seen: every field is a few bits.
   /// Straight-line shifts: the test target is a debug build, where helper calls cost most of the
   /// exploration.
   var key: UInt64 {
     var word: UInt64 = 0
     word = word << 1 | (entryPresent ? 1 : 0)
+    word = word << 1 | (oneShot ? 1 : 0)
     word = word << 2 | UInt64(armedReaders)
     word = word << 2 | UInt64(armedWriters)
     word = word << 1 | (kernelMask & FenceModel.readable != 0 ? 1 : 0)
@@ -197,6 +201,7 @@ private final class FenceModel {
     entry.armedReaders = state.armedReaders
     entry.armedWriters = state.armedWriters
     entry.kernelMask = state.kernelMask
+    entry.oneShot = state.oneShot
     return entry
   }
 
@@ -218,6 +223,7 @@ private final class FenceModel {
     state.armedReaders = entry?.armedReaders ?? 0
     state.armedWriters = entry?.armedWriters ?? 0
     state.kernelMask = entry?.kernelMask ?? 0
+    state.oneShot = entry?.oneShot ?? false
   }
 
   // MARK: Steps
@@ -273,10 +279,11 @@ private final class FenceModel {
 
     // The kernel (edge-triggered): an edge puts the registration in the ready list (the peer's
     // steps, and `modify`); `epoll_wait` reports the events ready and asked for then, and takes it
-    // out of the list (none ready: no record).
+    // out of the list (none ready: no record), and a one-shot registration that reports is off.
     add("reader waits", isInternal: true, when: { $0.queued != 0 && $0.fetched == 0 }) { _, state in
       guard state.queued != 0, state.fetched == 0 else { return false }
       (state.fetched, state.queued) = (state.ready & state.kernelArmed, 0)
+      if state.fetched != 0 && state.oneShot { state.kernelArmed = 0 }
       return true
     }
     add("reader merges", isInternal: true, when: { $0.fetched != 0 }) { [unowned self] entry, state in

@@ -24,7 +24,7 @@
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
 public final class ReadSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of bytes-available estimates (read until `EAGAIN` in the loop body); it starts the source
+  /// The source's events as an `AsyncSequence` of bytes-available estimates (read with `read(into:)` in the loop body); it starts the source
   /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
   public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
 

@@ -81,9 +81,15 @@ final class DescriptorFence: Sendable {
     var armedReaders = 0
     var armedWriters = 0
     /// The events the kernel reports, edge-triggered: the mask last given to `epoll_ctl`. A record
-    /// leaves it as it is; a direction no watch took twice in a row leaves it (`record`), and
-    /// comes back with the next re-arm of a watch of that direction.
+    /// leaves it as it is, but of a one-shot registration (0 then, until it is modified again); a
+    /// direction no watch took twice in a row leaves it (`record`), and comes back with the next
+    /// re-arm of a watch of that direction.
     var kernelMask: UInt32 = 0
+    /// The registration is one-shot (`EPOLLONESHOT`): the last re-arm had to ask the kernel (its
+    /// handler did not say it emptied the descriptor), so the next will too, and the kernel had
+    /// better not report edges while that handler runs (a listening socket's connections, say).
+    /// A re-arm after a handler that emptied the descriptor makes it persistent again.
+    var oneShot = false
 
     init(generation: UInt32) { self.generation = generation }
 
@@ -156,6 +162,11 @@ final class DescriptorFence: Sendable {
           watch.missed = true
         }
       }
+      if oneShot {
+        // The registration fired and is off: on again for the watches still armed.
+        kernelMask = 0
+        return mask != 0 ? mask : nil
+      }
       let concerned = (readable ? DescriptorWatch.readEvents : 0) | (writable ? DescriptorWatch.writeEvents : 0)
       let dropped = concerned & kernelMask & ~delivered & (missedTwice | ~listed)
       return dropped != 0 ? kernelMask & ~dropped : nil
@@ -166,13 +177,16 @@ final class DescriptorFence: Sendable {
     /// descriptor (`drained`): the next byte, or the next room, is an edge the reader sees. Else a
     /// modification, which asks the kernel again (an `EPOLL_CTL_MOD` polls the file, and queues a
     /// record if the direction is ready): what the handler left, or what came meanwhile, fires at
-    /// once — the level semantics of a libdispatch read or write source.
+    /// once — the level semantics of a libdispatch read or write source. The modification makes
+    /// the registration one-shot unless the handler emptied the descriptor (see `oneShot`).
     mutating func rearm(_ watch: DescriptorWatch, drained: Bool) -> UInt32? {
       arm(watch)
-      let wanted = kernelMask | watch.events
-      if wanted == kernelMask && drained && !watch.missed && !watch.hungUp { return nil }
+      if !oneShot && kernelMask | watch.events == kernelMask && drained && !watch.missed && !watch.hungUp {
+        return nil
+      }
       watch.missed = false
-      return wanted
+      oneShot = !drained || watch.hungUp
+      return oneShot ? mask : kernelMask | mask
     }
 
     /// `watch` (in the entry, disarmed) arms at its first start: always a call, the watch's first,
@@ -181,7 +195,7 @@ final class DescriptorFence: Sendable {
     mutating func start(_ watch: DescriptorWatch) -> UInt32 {
       arm(watch)
       watch.missed = false
-      return kernelMask | watch.events
+      return oneShot ? mask : kernelMask | mask
     }
 
     /// `watch` leaves: true when it was the last, and the registration goes too (`EPOLL_CTL_DEL`);
@@ -385,7 +399,8 @@ final class DescriptorFence: Sendable {
             system_epoll_remove(instance, descriptor)
           }
           // A direction that reached no armed watch twice leaves the registration.
-          if table.entries[descriptor] != nil, let mask, modify(descriptor, mask, key: key) {
+          if let entry = table.entries[descriptor], let mask, modify(descriptor, mask, oneShot: entry.oneShot, key: key)
+          {
             table.entries[descriptor]!.kernelMask = mask
           }
           return finished
@@ -409,7 +424,9 @@ final class DescriptorFence: Sendable {
       guard watch.inTable, !watch.armed else { return [] }
       let mask = table.entries[descriptor]!.start(watch)
       let generation = table.entries[descriptor]!.generation
-      if modify(descriptor, mask, key: DescriptorFence.key(descriptor, generation)) {
+      if modify(
+        descriptor, mask, oneShot: table.entries[descriptor]!.oneShot, key: DescriptorFence.key(descriptor, generation))
+      {
         table.entries[descriptor]!.kernelMask = mask
         return []
       }
@@ -439,17 +456,20 @@ final class DescriptorFence: Sendable {
       guard let mask = table.entries[descriptor]!.rearm(watch, drained: drained) else { return }
       // A failure (the descriptor was closed under its source) leaves the watch silent, as the
       // kernel does.
-      if modify(descriptor, mask, key: DescriptorFence.key(descriptor, table.entries[descriptor]!.generation)) {
+      let entry = table.entries[descriptor]!
+      if modify(descriptor, mask, oneShot: entry.oneShot, key: DescriptorFence.key(descriptor, entry.generation)) {
         table.entries[descriptor]!.kernelMask = mask
       }
     }
   }
 
-  /// `EPOLL_CTL_MOD` of `descriptor`'s registration to `mask`, edge-triggered (which polls the file
-  /// and queues a record if it is ready); whether it succeeded. Counted (`modifications`).
-  private func modify(_ descriptor: Int32, _ mask: UInt32, key: UInt64) -> Bool {
+  /// `EPOLL_CTL_MOD` of `descriptor`'s registration to `mask`, edge-triggered, one-shot or not
+  /// (the modification polls the file and queues a record if it is ready); whether it succeeded.
+  /// Counted (`modifications`).
+  private func modify(_ descriptor: Int32, _ mask: UInt32, oneShot: Bool, key: UInt64) -> Bool {
     modifications.add(1, ordering: .relaxed)
-    return system_epoll_control(instance, modify: true, descriptor, events: mask | system_epollEdge, key: key) == 0
+    let flags = system_epollEdge | (oneShot ? system_epollOneShot : 0)
+    return system_epoll_control(instance, modify: true, descriptor, events: mask | flags, key: key) == 0
   }
 
   /// The `EPOLL_CTL_MOD` calls made so far (tests: a re-arm after a handler that emptied its
