@@ -487,7 +487,7 @@ struct ReadSourceTests {
   }
 
   @Test(
-    "waiting again after a handler that emptied a pipe or a TCP socket through read(into:) costs no epoll_ctl; after one that read on its own, or short on a Unix socket, one"
+    "waiting again after a handler that emptied a pipe or a TCP socket through read(into:) costs no epoll_ctl but the first time (which makes the registration persistent); after one that read on its own, or short on a Unix socket, one each time"
   )
   func emptiedDescriptorWaitsWithNoCall() async {
     await #expect(processExitsWith: .success) { ReadSourceTests.checkRearmCalls() }
@@ -497,10 +497,10 @@ struct ReadSourceTests {
   static func checkRearmCalls() {
     for fixture in [Fixture.pipe, .tcp] {
       let calls = ReadSourceTests.rearmCalls(fixture, throughSource: true)
-      if calls != 0 { failChild("\(fixture) through read(into:): \(calls) modifications in 50 re-arms, not 0") }
+      if calls != 1 { failChild("\(fixture) through read(into:): \(calls) modifications in 50 re-arms, not 1") }
     }
     let untilNothing = ReadSourceTests.rearmCalls(.unixSocket, throughSource: true, untilNothing: true)
-    if untilNothing != 0 { failChild("Unix socket read until nil: \(untilNothing) modifications, not 0") }
+    if untilNothing != 1 { failChild("Unix socket read until nil: \(untilNothing) modifications, not 1") }
     for (fixture, throughSource) in [(Fixture.pipe, false), (.tcp, false), (.unixSocket, true)] {
       let calls = ReadSourceTests.rearmCalls(fixture, throughSource: throughSource)
       if calls != 50 { failChild("\(fixture), through the source \(throughSource): \(calls) modifications, not 50") }

@@ -85,11 +85,13 @@ final class DescriptorFence: Sendable {
     /// direction no watch took twice in a row leaves it (`record`), and comes back with the next
     /// re-arm of a watch of that direction.
     var kernelMask: UInt32 = 0
-    /// The registration is one-shot (`EPOLLONESHOT`): the last re-arm had to ask the kernel (its
-    /// handler did not say it emptied the descriptor), so the next will too, and the kernel had
-    /// better not report edges while that handler runs (a listening socket's connections, say).
-    /// A re-arm after a handler that emptied the descriptor makes it persistent again.
-    var oneShot = false
+    /// The registration is one-shot (`EPOLLONESHOT`): a new one (a connection's first event may
+    /// well be its last — a handler that answers and cancels — and the kernel had better not
+    /// report the peer's close meanwhile), or the last re-arm had to ask the kernel (its handler
+    /// did not say it emptied the descriptor), so the next will too, and no edge is reported
+    /// while that handler runs (a listening socket's connections, say). A re-arm after a handler
+    /// that emptied the descriptor makes it persistent, and the next such re-arm costs nothing.
+    var oneShot = true
 
     init(generation: UInt32) { self.generation = generation }
 
@@ -352,9 +354,8 @@ final class DescriptorFence: Sendable {
     var entry = Entry(generation: table.nextGeneration())
     entry.insert(watch)
     let key = DescriptorFence.key(descriptor, entry.generation)
-    guard
-      system_epoll_control(instance, modify: false, descriptor, events: entry.mask | system_epollEdge, key: key) == 0
-    else {
+    let flags = system_epollEdge | system_epollOneShot
+    guard system_epoll_control(instance, modify: false, descriptor, events: entry.mask | flags, key: key) == 0 else {
       let error = system_errno
       entry.remove(watch)
       return error
