@@ -62,10 +62,14 @@ differential:
 ## bench: GCD vs C vs `import Dispatch` in release mode (docs/performance.md);
 ## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--filter sync --svg docs/performance.svg"
 ## Each operation's heap allocations are counted by $(BENCH_ALLOC_LIB), preloaded (bench_allocations.c).
+## The table goes into $(BENCH_DOC)'s <!-- bench:begin --> … <!-- bench:end --> block (--doc; a run of
+## some operations rewrites their rows alone); BENCH_DOC= skips it, as do --variant, --quick, --count.
+BENCH_DOC ?= docs/performance.md
 bench: $(BENCH_C_LIB) $(BENCH_ALLOC_LIB)
 	$(SWIFT) build -c release $(SWIFTPM_FLAGS) --product GCDBenchmarks
 	GCD_BENCH_C_LIB="$(abspath $(BENCH_C_LIB))" LD_PRELOAD="$(abspath $(BENCH_ALLOC_LIB))" \
-	  "$$($(SWIFT) build -c release $(SWIFTPM_FLAGS) --show-bin-path)/GCDBenchmarks" $(BENCH_ARGS)
+	  "$$($(SWIFT) build -c release $(SWIFTPM_FLAGS) --show-bin-path)/GCDBenchmarks" $(BENCH_ARGS) \
+	  $(if $(and $(BENCH_DOC),$(if $(filter --variant --quick --count --list,$(BENCH_ARGS)),,yes)),--doc "$(BENCH_DOC)")
 
 ## bench-scale: the scale curves (docs/performance.md, "Scale") in release mode: C, GCD and
 ## `import Dispatch` at N up to 100,000; writes the tables into docs/performance.md's Scale section

@@ -8,8 +8,8 @@ import Synchronization
   import Musl
 #endif
 
-// Probes for the nested epoll of the descriptor sources (docs/sources-linux.md, issue 18), run
-// instead of the benchmark table when the first argument names one:
+// Probes of the descriptor sources and the descriptor fence (docs/sources-linux.md), run instead
+// of the benchmark table when the first argument names one:
 //   GCDBenchmarks --read-round-trip [N]      one event through a ReadSource on a pipe: write a
 //                                            byte, the handler reads it and signals; median ns of 7
 //   GCDBenchmarks --source-cycle read|write [N]  the whole life of N sources, each on a pipe of its own

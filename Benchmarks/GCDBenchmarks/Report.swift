@@ -403,3 +403,113 @@ struct Machine {
 
   var summary: String { "\(cores) cores, \(cpu), Linux \(kernel)" }
 }
+
+// MARK: The table in docs/performance.md
+
+/// The operations table of `make bench` as Markdown, between `<!-- bench:begin -->` and
+/// `<!-- bench:end -->` in a document (`--doc FILE`). A full run rewrites the block; a run of some
+/// operations (`--only`, `--filter`) rewrites their rows alone and adds the ones the block lacks,
+/// so the other rows keep what an earlier run measured. Each row says when, at which commit and on
+/// which CPU it was measured, since a block can hold rows of several runs.
+enum BenchDocument {
+  static let begin = "<!-- bench:begin -->"
+  static let end = "<!-- bench:end -->"
+  static let header =
+    "| operation | unit | C | GCD | Dispatch | GCD/C | GCD/Dispatch | allocs C / GCD / Dispatch | measured |"
+  static let rule = "|---|---|---:|---:|---:|---:|---:|---|---|"
+
+  /// The block's lines, begin and end markers excluded, or nil (with a note) when `path` cannot be
+  /// read or lacks the markers: then nothing may be written.
+  static func block(in path: String) -> (lines: [String], begin: Int, end: Int)? {
+    guard let contents = readWholeFile(path) else {
+      note("GCDBenchmarks: cannot read \(path)")
+      return nil
+    }
+    let lines = contents.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    guard let first = lines.firstIndex(of: begin), let last = lines.firstIndex(of: end), first < last else {
+      note("GCDBenchmarks: \(path) has no \(begin) … \(end) block")
+      return nil
+    }
+    return (lines, first, last)
+  }
+
+  /// The row of `name` starts with this cell.
+  static func key(_ name: String) -> String { "| `\(name)` |" }
+
+  /// `--doc`: writes `report`'s rows into the block of `path`; false (with a note) when it cannot.
+  static func write(_ report: Report, to path: String, partial: Bool) -> Bool {
+    guard let found = block(in: path) else { return false }
+    var lines = found.lines
+    let begin = found.begin
+    let stamp = "\(todayUTC()), \(commit()), \(report.machine.cpu)"
+    let rows = report.results.map { row($0, stamp: stamp) }
+    if !partial || !lines[(begin + 1)..<found.end].contains(header) {
+      let intro =
+        "Written by `make bench` (`GCDBenchmarks --doc`): per variant the median of \(report.repeats) interleaved "
+        + "runs, after a warm-up run each, and the heap allocations per operation (the preloaded counter). "
+        + (partial
+          ? "No full run has written this table yet. "
+          : "The last full run: \(todayUTC()) at \(commit()), \(report.machine.summary). ")
+        + "A run of some operations (`--only`, `--filter`) rewrites its rows alone; each row says when, at "
+        + "which commit (`+`: with uncommitted changes) and on which CPU it was measured."
+      lines.replaceSubrange((begin + 1)..<found.end, with: [intro, "", header, rule] + rows)
+    } else {
+      for (result, text) in zip(report.results, rows) {
+        let end = lines.firstIndex(of: Self.end)!
+        if let index = lines[(begin + 1)..<end].firstIndex(where: { $0.hasPrefix(key(result.benchmark.name)) }) {
+          lines[index] = text
+        } else {
+          // After the table's last row.
+          let last = lines[(begin + 1)..<end].lastIndex { $0.hasPrefix("|") }!
+          lines.insert(text, at: last + 1)
+        }
+      }
+    }
+    return writeFile(path, lines.joined(separator: "\n"))
+  }
+
+  static func row(_ result: BenchmarkResult, stamp: String) -> String {
+    var cells = ["`\(result.benchmark.name)`", result.benchmark.unit]
+    for variant in Variant.allCases {
+      if let median = result.measurements[variant]?.median {
+        cells.append(format(median))
+      } else {
+        let reason = result.measurements[variant]?.unavailable ?? "-"
+        cells.append(reason.hasPrefix("n/a") ? "n/a" : "-")
+      }
+    }
+    cells.append(result.ratio(.gcd, .c).map { fixed($0, 2) } ?? "-")
+    cells.append(result.ratio(.gcd, .dispatch).map { fixed($0, 2) } ?? "-")
+    cells.append(
+      Variant.allCases.map { result.measurements[$0]?.extra("allocs").map { fixed($0, 1) } ?? "-" }
+        .joined(separator: " / "))
+    cells.append(stamp)
+    return "| " + cells.joined(separator: " | ") + " |"
+  }
+
+  /// The tree's commit, `c70d7ca`, with `+` when tracked files differ from it (read-only git
+  /// calls); `?` outside a git work tree.
+  static func commit() -> String {
+    func run(_ command: String) -> (String, Int32) {
+      guard let pipe = popen(command, "r") else { return ("", -1) }
+      var output = ""
+      var buffer = [CChar](repeating: 0, count: 256)
+      while fgets(&buffer, Int32(buffer.count), pipe) != nil {
+        output += String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+      }
+      return (output.trimmingCharacters(in: "\n"), pclose(pipe))
+    }
+    let (hash, status) = run("git rev-parse --short HEAD 2>/dev/null")
+    guard status == 0, !hash.isEmpty else { return "?" }
+    let (_, clean) = run("git diff-index --quiet HEAD -- 2>/dev/null")
+    return clean == 0 ? hash : hash + "+"
+  }
+}
+
+extension String {
+  fileprivate func trimmingCharacters(in character: Character) -> String {
+    var text = Substring(self)
+    while text.last == character { text.removeLast() }
+    return String(text)
+  }
+}

@@ -23,6 +23,8 @@ let usage = """
     --variant NAME       only this variant (C, GCD or Dispatch); may be repeated
     --json               JSON on standard output instead of the table and the op= lines
     --svg FILE           also write a bar chart of the ratios to FILE
+    --doc FILE           also write the operations table into FILE's <!-- bench:begin --> … <!-- bench:end -->
+                         block (all three variants; with --only or --filter, those rows alone)
     --no-memory          skip the memory measurements
     --c-lib PATH         the C library (default: $GCD_BENCH_C_LIB, else \(CLibrary.defaultPath))
     --list               list the operations and exit
@@ -43,6 +45,7 @@ struct Options {
   var variants: [Variant] = []
   var json = false
   var svgPath: String?
+  var document: String?
   var memory = true
   var libraryPath: String?
   var list = false
@@ -86,6 +89,7 @@ func parseOptions(_ arguments: [String]) -> Options {
       options.variants.append(variant)
     case "--json": options.json = true
     case "--svg": options.svgPath = value(argument)
+    case "--doc": options.document = value(argument)
     case "--no-memory": options.memory = false
     case "--c-lib": options.libraryPath = value(argument)
     case "--list": options.list = true
@@ -179,6 +183,20 @@ let operationNames =
   + RSSWorkload.allCases.map { "rss_" + $0.rawValue }
 if !options.list { checkSelection(of: operationNames, what: "operations") }
 
+// --doc: refused before anything runs when the run could not give the table's figures, or the
+// document has no block to write them into; a refused run never touches the document.
+if let document = options.document, !options.list {
+  func refuse(_ why: String) -> Never {
+    note("GCDBenchmarks: --doc \(document): \(why); nothing run, the document left as it was")
+    exit(2)
+  }
+  if options.scale { refuse("--scale writes its own section (--scale-doc)") }
+  if options.quick { refuse("--quick's numbers mean nothing") }
+  if options.count != nil { refuse("--count changes what a row measures") }
+  if Set(options.variants) != Set(Variant.allCases) { refuse("the table needs all three variants") }
+  if BenchDocument.block(in: document) == nil { refuse("no block to write into") }
+}
+
 if options.list {
   for benchmark in benchmarks { print("\(benchmark.name)  \(benchmark.title)") }
   for kind in ObjectKind.allCases { print("mem_\(kind.name)  heap bytes per live \(kind.name)") }
@@ -222,6 +240,15 @@ if options.json {
 } else {
   print(report.table)
   print(report.lines, terminator: "")
+}
+if let document = options.document, results.isEmpty {
+  note("GCDBenchmarks: no operation row measured (memory rows are not in the table); \(document) left as it was")
+} else if let document = options.document {
+  if BenchDocument.write(report, to: document, partial: selectsPart(of: benchmarks.map(\.name))) {
+    note("wrote \(results.map(\.benchmark.name).joined(separator: ", ")) in the bench block of \(document)")
+  } else {
+    exit(1)
+  }
 }
 if let svgPath = options.svgPath {
   guard let file = fopen(svgPath, "w") else {

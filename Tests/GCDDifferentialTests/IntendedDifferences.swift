@@ -37,30 +37,30 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .dropStopsReads:
       "a channel released without `close` keeps its pending reads waiting (and the descriptor held) until end of file"
     case .eventWithoutHandler:
-      "a started read or write source whose event finds no handler can stay silent when a handler is set later, bytes still queued included (seen: a read source at the socket's end, or with bytes while a write source shares the descriptor; a write source after the peer closed)"
+      "a started read or write source whose event found no handler can stay silent once a handler is set, queued bytes included (a read source at the socket's end, or beside a write source; a write source after the peer closed)"
     case .writeCancelKeepsReads:
       "cancelling a write source silences the read sources on the same descriptor number: their later events never come (a read source's cancel leaves a write source alone)"
     case .readerAfterFullWriter:
-      "a read source started on a socket whose write source's handler has filled it (written until `EAGAIN`) never fires, bytes already queued included (`make reader-probe` shows it in C)"
+      "a read source started on a socket that a write source's handler filled (until `EAGAIN`) never fires, queued bytes included (`make reader-probe` shows it in C)"
     case .noEventHandlerClear: "`setEventHandler(handler: nil)` removes the handler: events find none and are dropped"
     case .cleanupGetsDescriptor:
       "a channel's cleanup handler receives an errno value (0, or `ECANCELED` after a stop)"
     case .smallReadsAtOnce:
       "a stream channel's reads start at a low-water mark of one chunk (1 MiB): a smaller read delivers nothing until it is complete or the stream ends"
     case .errorEndsOneOperation:
-      "an operation that fails with `EBADF` (a read on a pipe's write-only end) fails every other pending and later operation of the descriptor's channels with `EBADF` while its record lives (io.c keeps the error in the fd entry)"
+      "an operation that fails with `EBADF` (a read on a pipe's write-only end) fails every other operation of the descriptor's channels, pending or later, while its record lives (io.c keeps the error per descriptor)"
     case .readsBesideWrites:
-      "a socket channel's read waits, bytes or the end queued for it, while a write of the socket is pending (the two directions share one record and one epoll registration: docs/io.md)"
+      "a socket channel's read waits, bytes or the end queued, while a write of the socket is pending (both directions share one record and epoll registration: docs/io.md)"
     case .reopenAfterEnd:
-      "a channel made over a descriptor whose earlier channels have all closed, while their record is still ending, can save the `O_NONBLOCK` that record set as the caller's flags and restore that at its end: the descriptor is left non-blocking"
+      "a channel made over a descriptor while its closed channels' record is still ending can take that record's `O_NONBLOCK` for the caller's flags and restore it: the descriptor is left non-blocking"
     case .closedReaderEndsWrite:
       "a write waiting for room in a pipe whose reader then closes never ends (no `EPIPE`), nor do the writes queued behind it, until a stop ends them with `ECANCELED`"
     case .hungUpTerminalEndsWrite:
-      "a write to a pseudo-terminal's master whose slave closed, once the terminal's buffers are full (about 14 KB), never ends, nor do the writes queued behind it, until a stop ends them with `ECANCELED` (its reads end with `EIO`)"
+      "a write to a pseudo-terminal's master whose slave closed, once the terminal is full (about 14 KB), never ends, nor do the writes behind it, until a stop ends them with `ECANCELED` (reads end with `EIO`)"
     case .stopWaitsForBarrier:
       "`close(flags: .stop)` after a barrier that waits for a pending operation waits behind it: a read that gets no bytes is not stopped until the stream ends"
     case .barrierPerDescriptor:
-      "a stream channel's barrier waits for the pending operations of every channel over the descriptor, and holds their later operations and stops until it ran (one barrier queue and group per descriptor, io.c)"
+      "a stream channel's barrier waits for, and holds back, the operations and stops of every channel over the descriptor (one barrier queue and group per descriptor, io.c)"
     }
   }
 
@@ -73,7 +73,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .safeDrop: "dropping a source in any state cancels it and balances its suspensions and activation"
     case .cancelHandlerOnce: "a source's cancel handler runs once; one set after that never runs"
     case .cancelCompletes:
-      "`cancel()` balances the outstanding suspensions and starts a never-started source: the cancel handler does not wait; later `suspend()`/`resume()` calls are not the user's to balance"
+      "`cancel()` balances the outstanding suspensions and starts a never-started source: the cancel handler does not wait; later `suspend()`/`resume()` calls need no balancing"
     case .dropStopsReads: "dropping a channel ends its pending reads with `ECANCELED` and lets its writes finish"
     case .eventWithoutHandler:
       "the handler set later runs: it reads the bytes and the end, or its write fails with `EPIPE` (the fence re-arms whatever the handler)"
@@ -90,7 +90,7 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .readsBesideWrites:
       "a socket channel reads and writes at once, each direction on its own source: a read delivers while a long write waits for room"
     case .reopenAfterEnd:
-      "the record (`StreamDescriptor`) restores the flags under its table's lock, so a channel made meanwhile reads the caller's flags; they are restored when its own last channel ends"
+      "the record (`StreamDescriptor`) restores the flags under its table's lock: a channel made meanwhile reads the caller's flags, restored when its own last channel ends"
     case .closedReaderEndsWrite: "the write ends with `EPIPE`, and so do the writes behind it"
     case .hungUpTerminalEndsWrite: "the write ends with `EIO`, as the reads do, and so do the writes behind it"
     case .stopWaitsForBarrier:
@@ -112,23 +112,23 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .cancelCompletes: "a cancel handler that closes a descriptor must not wait for a resume that may never come"
     case .dropStopsReads: "a dropped channel must not hold its descriptor for a peer that never writes"
     case .eventWithoutHandler:
-      "issue 38's first defect, fixed at its shape: the re-arm does not depend on a block the user controls"
+      "a source must not go silent because its handler came late: the re-arm does not depend on a block the user controls"
     case .writeCancelKeepsReads:
       "a connection's writer ends before its reader; its reads must go on"
     case .readerAfterFullWriter:
-      "a connection whose writer filled the socket before its reader started must still read (the fence's one registration per descriptor asks for every direction a live watch wants)"
+      "a connection whose writer filled the socket before its reader started must still read (the fence registers each descriptor once, for every direction a live watch wants)"
     case .noEventHandlerClear: "a handler is a non-optional closure in the package's API"
     case .smallReadsAtOnce: "with one chunk, a request/response protocol looks hung"
     case .cleanupGetsDescriptor: "the cleanup is where a descriptor passed in is closed (docs/io.md)"
     case .errorEndsOneOperation:
-      "an error of one direction says nothing of the other: a write-only end still writes after a read on it failed, as a socket still reads after its writes met `EPIPE`"
+      "an error in one direction says nothing of the other: a write-only end still writes after a read on it failed"
     case .readsBesideWrites:
-      "a request/response peer that reads only after it has sent stalls a channel that cannot read while it writes (docs/io.md, \"One channel reading and writing a socket at once\")"
+      "a peer that reads only after it has sent stalls a channel that cannot read while it writes (docs/io.md, \"One channel reading and writing a socket at once\")"
     case .reopenAfterEnd:
       "a descriptor handed back to its owner must have its flags as they were"
     case .closedReaderEndsWrite: "a writer must learn that its reader went away rather than wait for good"
     case .hungUpTerminalEndsWrite:
-      "the hang-up stays and wakes the write registration at once, again and again: the engine must end the write or spin a core (it did, before this row)"
+      "the hang-up wakes the write registration again and again: the engine must end the write or spin a core"
     case .stopWaitsForBarrier: "a stop is how a caller gets out of an operation that may wait for good"
     case .barrierPerDescriptor:
       "a channel that reads a socket must not wait for a write another channel over it has pending, nor stop waiting when its own barrier would"
@@ -149,9 +149,9 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .cancelCompletes:
       "the Dispatch run's cancel resumes as the drop does; no sequence suspends or resumes a cancelled source"
     case .dropStopsReads:
-      "the Dispatch run's drop of a channel with a pending read closes it with `.stop` when no write is pending; a read a drop left waiting ends as `ended by drop` on both sides; while the Dispatch run may still hold such a read (a write was pending, or the channel was closed without stop), the peer writes nothing and the number is not reused: those steps are skipped on both sides, with the row's tag"
+      "the Dispatch run's drop of a channel with a pending read and no pending write closes it with `.stop`; a read a drop left waiting ends as `ended by drop` on both sides; while the Dispatch run may still hold such a read, steps where the peer writes or the number is reused are skipped on both sides, with the row's tag"
     case .eventWithoutHandler:
-      "once a started read source with no handler had bytes or the end to report (a write source: the end, or the peer's close), until the number is reused: no run waits for such events; what was read, the end and write errors are not compared; a handler that meets the end suspends its source instead of cancelling it"
+      "from when a started source with no handler had bytes or an end to report (a write source: the peer's close) until the number is reused, no run waits for such events, and reads, ends and write errors are not compared; a handler meeting the end suspends its source instead of cancelling it"
     case .writeCancelKeepsReads:
       "once a write source is cancelled or dropped while a read source on its number is live, until the number is reused, the runs compare reads as `eventWithoutHandler` does"
     case .readerAfterFullWriter:
@@ -162,19 +162,19 @@ enum IntendedDifference: String, CaseIterable, Sendable {
     case .smallReadsAtOnce:
       "the Dispatch run sets a low-water mark of 1 on each new stream channel, as the package does, before the sequence's own `setLimit`"
     case .errorEndsOneOperation:
-      "the one operation of the sequences that fails with `EBADF` (a read on a pipe's write end, a write on its read end) is issued only while no other operation is pending, and every later read or write step of the sequence is skipped on both sides, with the row's tag"
+      "the one failing operation (a read on a pipe's write end, a write on its read end) is issued only while nothing else is pending; every later read or write step is skipped on both sides, with the row's tag"
     case .readsBesideWrites:
-      "while a write of the socket is pending (one that does not fit, until the peer reads), no read is issued, the peer writes nothing, and it neither shuts down nor closes while a read waits: those steps are skipped on both sides, with the row's tag"
+      "while a socket write is pending (it does not fit until the peer reads), reads, the peer's writes, and its shutdown or close while a read waits are skipped on both sides, with the row's tag"
     case .reopenAfterEnd:
-      "before a channel over the descriptor whose earlier channels are all closed with no operation pending, the Dispatch run waits for their cleanups and the flags to be back; the GCD run does not"
+      "before a channel over a descriptor whose earlier channels are all closed and idle, the Dispatch run waits for their cleanups and the flags to be back; the GCD run does not"
     case .closedReaderEndsWrite:
-      "neither run waits for a write on a pipe's write end pending when the peer closed the read end (or queued behind one); at the end each checks its own errno (`EPIPE`; for Dispatch `ECANCELED` from the teardown's stop, or `EPIPE`) and both report the verdict with the row's tag"
+      "no run waits for a write pending (or queued behind one) on a pipe whose reader closed; at the end each checks its own errno (GCD: `EPIPE`; Dispatch: `EPIPE`, or `ECANCELED` from the teardown's stop) and both report the verdict with the row's tag"
     case .hungUpTerminalEndsWrite:
-      "a terminal's write issued, or pending, after the slave closed is checked as `closedReaderEndsWrite`'s (the package's: done, or `EIO`; libdispatch's: done, or `ECANCELED` from the teardown's stop, which stops channels closed without stop too); after such a write, reads and barriers are skipped on both sides, with the row's tag"
+      "a terminal write issued or pending after the slave closed is checked as in `closedReaderEndsWrite` (GCD: done or `EIO`; Dispatch: done, or `ECANCELED` from the teardown's stop); after it, reads and barriers are skipped on both sides, with the row's tag"
     case .stopWaitsForBarrier:
       "a `close(stop: true)` of a channel (and a reuse of the number, which stops every channel) while one of its barriers waits for an operation is skipped on both sides, with the row's tag"
     case .barrierPerDescriptor:
-      "a barrier is issued only while no other channel over the descriptor has an operation pending, and no read or write of another channel while a barrier waits; a stop while any channel's barrier waits is skipped (`stopWaitsForBarrier`): all on both sides, with the row's tag"
+      "a barrier is issued only while no other channel over the descriptor has an operation pending, and no other channel reads or writes while it waits; a stop while any barrier waits is skipped (`stopWaitsForBarrier`); all on both sides, with the row's tag"
     }
   }
 

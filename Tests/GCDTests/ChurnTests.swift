@@ -12,8 +12,9 @@ import Testing
 /// glibc's scribbling allocator (tcache off, freed memory overwritten with 0xA5), for a bounded time,
 /// on 4 threads at once: a use after free in libdispatch's epoll layer
 /// (swift-corelibs-libdispatch#949, the hang-up path) kills the child instead of passing unseen.
-/// Before the package put each descriptor in an epoll instance of its own (docs/sources-linux.md),
-/// the pipe and socket patterns crashed in most runs (docs/reliability.md gives the rates).
+/// Through `import Dispatch`'s own sources the pipe and socket patterns crash in most runs; the
+/// package's descriptor fence keeps libdispatch from seeing the descriptors (docs/sources-linux.md,
+/// "Descriptor sources: the fence").
 ///
 /// `GCD_CHURN_SECONDS` sets each pattern's time (default 3 s).
 @Suite("Descriptor sources under connection churn")

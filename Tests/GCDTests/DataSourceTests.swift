@@ -137,14 +137,7 @@ struct DataSourceTests {
   @Test("merge(0) alone does not call the handler; a later merge is seen whole", arguments: DataKind.allCases)
   func mergeZeroAloneDoesNothing(kind: DataKind) {
     let queue = Queue(label: "data.zero")
-    let source = kind.make(queue: queue)
-    let seen = Recorder<UInt>()
-    let called = Event()
-    source.setEventHandler { [unowned source] in
-      seen.append(source.data)
-      called.signal()
-    }
-    source.resume()
+    let (source, seen, called) = recordingDataSource(kind, queue: queue)
     source.merge(0)
     // A handler call due to the merge would be queued before this sync's work item.
     queue.sync {}
@@ -161,14 +154,7 @@ struct DataSourceTests {
     "merge(0) after a pending merge does nothing: the pending value is still delivered", arguments: DataKind.allCases)
   func mergeZeroKeepsPendingValue(kind: DataKind) {
     let queue = Queue(label: "data.zero.pending")
-    let source = kind.make(queue: queue)
-    let seen = Recorder<UInt>()
-    let called = Event()
-    source.setEventHandler { [unowned source] in
-      seen.append(source.data)
-      called.signal()
-    }
-    source.resume()
+    let (source, seen, called) = recordingDataSource(kind, queue: queue)
     source.suspend()
     source.merge(5)
     source.merge(0)
@@ -312,14 +298,7 @@ struct DataSourceTests {
   @Test("suspended: merges are held and arrive as one coalesced delivery after resume", arguments: DataKind.allCases)
   func suspendedMergesCoalesce(kind: DataKind) {
     let queue = Queue(label: "data.suspend")
-    let source = kind.make(queue: queue)
-    let seen = Recorder<UInt>()
-    let called = Event()
-    source.setEventHandler { [unowned source] in
-      seen.append(source.data)
-      called.signal()
-    }
-    source.resume()
+    let (source, seen, called) = recordingDataSource(kind, queue: queue)
     source.suspend()
     source.suspend()
     for value: UInt in [1, 2, 4, 8] { source.merge(value) }

@@ -284,43 +284,13 @@ struct QueueTests {
   @Test("concurrent queues run items at the same time: two items each wait for the other")
   func concurrencyHappens() {
     let queue = Queue(label: "concurrent.overlap", kind: .concurrent)
-    let first = Event()
-    let second = Event()
-    let results = Recorder<Bool>()
-    let done = Latch(count: 2)
-    queue.async {
-      first.signal()
-      results.append(second.wait())
-      done.signal()
-    }
-    queue.async {
-      second.signal()
-      results.append(first.wait())
-      done.signal()
-    }
-    #expect(done.wait())
-    #expect(results.values == [true, true])
+    expectTwoItemsAtOnce(on: queue)
   }
 
   @Test("global queues run items at the same time", arguments: Queue.Priority.allCases)
   func globalConcurrencyHappens(priority: Queue.Priority) {
     let queue = Queue.global(priority)
-    let first = Event()
-    let second = Event()
-    let results = Recorder<Bool>()
-    let done = Latch(count: 2)
-    queue.async {
-      first.signal()
-      results.append(second.wait())
-      done.signal()
-    }
-    queue.async {
-      second.signal()
-      results.append(first.wait())
-      done.signal()
-    }
-    #expect(done.wait())
-    #expect(results.values == [true, true])
+    expectTwoItemsAtOnce(on: queue)
   }
 
   @Test("an async barrier waits for earlier items, runs alone, and later items wait for it")
