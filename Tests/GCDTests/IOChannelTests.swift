@@ -522,6 +522,48 @@ struct IOChannelTests {
   }
 
   @Test(
+    "readAvailable takes what a pipe holds now and does not wait: bytes while another copy of the write end stays open, EAGAIN for nothing, then the end of file"
+  )
+  func readAvailableTakesWhatIsThere() async throws {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    // A grandchild's copy of the write end: the end of file will not come while it is open.
+    let heldCopy = dup(writeEnd)
+    write(writeEnd, [1, 2, 3, 4, 5])
+    close(writeEnd)
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+    let first = try await channel.readAvailable(upTo: .max)
+    #expect(Array(first.bytes) == [1, 2, 3, 4, 5])
+    #expect(!first.ended)
+    let nothing = try await channel.readAvailable(upTo: .max)
+    #expect(nothing.bytes.isEmpty)
+    #expect(!nothing.ended)
+    // The callback form: once, done, with EAGAIN and no bytes.
+    let calls = Recorder<(done: Bool, count: Int, error: Int32)>()
+    let ended = Event()
+    channel.readAvailable(upTo: 10, queue: queue) { done, data, error in
+      calls.append((done, data?.count ?? 0, error))
+      if done { ended.signal() }
+    }
+    #expect(await Queue(label: "io.wait").run { ended.wait() })
+    #expect(calls.values.map(\.done) == [true])
+    #expect(calls.values.first?.count == 0)
+    #expect(calls.values.first?.error == EAGAIN)
+    // Up to a length, and then what is left; the end of file once the copy is closed.
+    write(heldCopy, [6, 7, 8])
+    let two = try await channel.readAvailable(upTo: 2)
+    #expect(Array(two.bytes) == [6, 7])
+    #expect(!two.ended)
+    close(heldCopy)
+    let last = try await channel.readAvailable(upTo: .max)
+    #expect(Array(last.bytes) == [8])
+    #expect(last.ended)
+    await #expect(throws: GCDError.self) { _ = try await channel.readAvailable(upTo: -1) }
+    channel.close()
+    #expect(await Queue(label: "io.wait").run { cleanup.ran.wait() })
+  }
+
+  @Test(
     "setLimit applies to the operations called after it: a running read keeps its low-water mark (as libdispatch's)")
   func limitsApplyToLaterOperations() {
     let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)

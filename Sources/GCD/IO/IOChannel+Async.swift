@@ -61,6 +61,29 @@ extension IOChannel {
     }
   }
 
+  /// Reads what the descriptor holds now, up to `maximumLength` bytes, without waiting for more
+  /// (``readAvailable(upTo:queue:handler:)``): the bytes, and whether the end of file came.
+  /// Empty and not ended: nothing there now.
+  ///
+  /// - Throws: `GCDError` with the errno of a failed read (`ECANCELED` after a stop; `EINVAL` for
+  ///   a negative length).
+  ///
+  /// The corresponding C function: none (`read(2)` until `EAGAIN`, in the channel's order).
+  public func readAvailable(upTo maximumLength: Int) async throws(GCDError) -> (bytes: DispatchBuffer, ended: Bool) {
+    let gathered = AvailableBytes()
+    let error: Int32 = await withCheckedContinuation { continuation in
+      readAvailable(upTo: maximumLength, queue: reader.queue) { done, data, error in
+        if let data { gathered.bytes.append(data) }
+        if done { continuation.resume(returning: error) }
+      }
+    }
+    switch error {
+    case 0: return (gathered.bytes, gathered.bytes.count < maximumLength)
+    case Errno.wouldBlock: return (gathered.bytes, false)
+    default: throw GCDError(operation: "IOChannel.readAvailable(upTo: \(maximumLength))", errno: error)
+    }
+  }
+
   /// Carries out what the read state machine asked for, outside its lock.
   private func perform(_ action: ReadStateMachine.Action, _ reader: ChannelReader) {
     switch action {
@@ -203,4 +226,10 @@ extension IOChannel {
     }
     deinit { if !finished.load(ordering: .acquiring) { channel.stopReads() } }
   }
+}
+
+/// The bytes a `readAvailable(upTo:)` gathers. `@unchecked Sendable`: one operation's handler calls
+/// run one at a time and in order, and the awaiting task reads it after the last.
+private final class AvailableBytes: @unchecked Sendable {
+  var bytes = DispatchBuffer()
 }

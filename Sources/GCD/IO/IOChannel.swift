@@ -408,6 +408,29 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
       raw, offset, length, queue.raw, Unmanaged.passRetained(HandlerBox(handler)).toOpaque(), handlerTrampoline)
   }
 
+  /// Reads what the descriptor holds now, up to `length` bytes, without waiting for more: for a
+  /// consumer whose producer has exited while a descriptor it passed on (a grandchild's copy of a
+  /// pipe) may hold the end of file back.
+  ///
+  /// The handler runs with `done` true once, after the reads submitted before this one: the bytes
+  /// read, and error 0 when `length` bytes were read or the end of file came (fewer bytes: the
+  /// end, as for ``read(offset:length:queue:handler:)``), `EAGAIN` when the descriptor holds
+  /// nothing more now, or the errno of a failed read. (More than the high-water mark comes first
+  /// in calls with `done` false.) A negative `length` ends at once with `EINVAL`. On a channel
+  /// over a regular file, which never makes a read wait, it is
+  /// ``read(offset:length:queue:handler:)``.
+  ///
+  /// - Parameters:
+  ///   - length: The most bytes to read; `Int.max` for all there is.
+  ///   - queue: Where `handler` runs.
+  ///   - handler: Receives `done`, the bytes and an errno value.
+  ///
+  /// The corresponding C function: none (`read(2)` until `EAGAIN`, in the channel's order).
+  public func readAvailable(upTo length: Int, queue: Queue, handler: @escaping Handler) {
+    if let engine, length >= 0 { return engine.read(length: length, queue: queue, nowOnly: true, handler: handler) }
+    read(length: length, queue: queue, handler: handler)
+  }
+
   /// Writes `data`, reporting progress to `handler` on `queue`.
   ///
   /// The handler runs with `done` false and the bytes still to write as

@@ -101,8 +101,12 @@ final class StreamEngine: @unchecked Sendable {
     /// operations (libdispatch copies the channel's parameters into each operation it makes).
     var lowWater = 1
     var highWater = Int.max
-    init(length: Int, queue: Queue, handler: @escaping IOChannel.Handler) {
+    /// Takes what the descriptor holds now and ends, `EAGAIN` when it holds nothing more
+    /// (`IOChannel.readAvailable`): it never waits for the read source.
+    let nowOnly: Bool
+    init(length: Int, queue: Queue, nowOnly: Bool = false, handler: @escaping IOChannel.Handler) {
       remaining = length
+      self.nowOnly = nowOnly
       calls = HandlerCalls(queue: queue, handler: handler)
     }
   }
@@ -209,8 +213,8 @@ final class StreamEngine: @unchecked Sendable {
 
   // MARK: Submissions (any thread)
 
-  func read(length: Int, queue: Queue, handler: @escaping IOChannel.Handler) {
-    let operation = ReadOperation(length: length, queue: queue, handler: handler)
+  func read(length: Int, queue: Queue, nowOnly: Bool = false, handler: @escaping IOChannel.Handler) {
+    let operation = ReadOperation(length: length, queue: queue, nowOnly: nowOnly, handler: handler)
     self.queue.async { self.submit(.read(operation)) }
   }
 
@@ -362,6 +366,8 @@ final class StreamEngine: @unchecked Sendable {
       // first, up to 64 KiB (a read that says EAGAIN costs one call; the source, an arm, an
       // event and a hop).
       if available == nil && readMayHaveMore && !hasRead { available = StreamEngine.askFirstBytes }
+      // A read of what is there now asks the descriptor until it says EAGAIN (or the end).
+      if operation.nowOnly && (available ?? 0) <= 0 { available = StreamEngine.askFirstBytes }
       // Outside the source's handler, or once the bytes it reported are read (a read would say
       // EAGAIN): wait for the source, which fires at once if more came.
       guard let queued = available, queued >= 0, queued > 0 || !hasRead else {
@@ -387,6 +393,11 @@ final class StreamEngine: @unchecked Sendable {
         if got < 0 && error == Errno.interrupted { continue }
         if got < 0 && error == Errno.wouldBlock {
           readMayHaveMore = false
+          if operation.nowOnly {
+            complete(operation, error: Errno.wouldBlock)
+            available = nil
+            continue
+          }
           waitReadable()
           return
         }
@@ -401,7 +412,7 @@ final class StreamEngine: @unchecked Sendable {
       readMayHaveMore = available.map { $0 > 0 } ?? false
       if operation.remaining == 0 {
         complete(operation, error: 0)
-      } else {
+      } else if !operation.nowOnly {
         deliver(operation)
       }
     }
