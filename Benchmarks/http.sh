@@ -8,23 +8,37 @@
 #   Benchmarks/http.sh [ROUNDS]          (make bench-http; needs wrk and strace: apt-get install)
 #
 # BIN (default .build/release/GCDBenchmarks), VARIANTS (default "gcd gcd-short dispatch"),
-# SECONDS_PER_RUN (default 6), CONNECTIONS (default 64).
+# SECONDS_PER_RUN (default 6), CONNECTIONS (default 64). The variant `nio`, not in the default, runs
+# the SwiftNIO twin of the probe server, `NIO_BIN PORT SECONDS` (default
+# Benchmarks/NIOTwin/.build/release/NIOTwin; a separate package, built by Benchmarks/NIOTwin/mirror.sh):
+#
+#   VARIANTS="gcd-short dispatch nio" Benchmarks/http.sh 2
 set -euo pipefail
 ROUNDS=${1:-2}
 BIN=${BIN:-.build/release/GCDBenchmarks}
 VARIANTS=${VARIANTS:-"gcd gcd-short dispatch"}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-6}
 CONNECTIONS=${CONNECTIONS:-64}
+NIO_BIN=${NIO_BIN:-Benchmarks/NIOTwin/.build/release/NIOTwin}
 for tool in wrk strace; do
   command -v "$tool" > /dev/null || { echo "http.sh: $tool is missing (apt-get install $tool)" >&2; exit 2; }
 done
-[ -x "$BIN" ] || { echo "http.sh: no $BIN (swift build -c release --product GCDBenchmarks)" >&2; exit 2; }
 PORT=$((20000 + RANDOM % 8000))
 TICKS=$(getconf CLK_TCK)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-arguments() { # variant -> server arguments
+command_of() { # variant -> the server's command line, in the array `command`
+  case $1 in
+    nio) command=("$NIO_BIN" "$PORT" "$((SECONDS_PER_RUN + 2))") ;;
+    *)
+      read -r -a command < <(arguments "$1")
+      command=("$BIN" "${command[@]}")
+      ;;
+  esac
+}
+
+arguments() { # variant -> GCDBenchmarks' arguments
   case $1 in
     gcd) echo "--http-server $PORT $((SECONDS_PER_RUN + 2))" ;;
     gcd-short) echo "--http-server $PORT $((SECONDS_PER_RUN + 2)) short-reads" ;;
@@ -49,14 +63,23 @@ wait_listening() {
   exit 1
 }
 
+for variant in $VARIANTS; do
+  if [ "$variant" = nio ]; then
+    [ -x "$NIO_BIN" ] || { echo "http.sh: no $NIO_BIN (build it with Benchmarks/NIOTwin/mirror.sh)" >&2; exit 2; }
+  else
+    arguments "$variant" > /dev/null # exits at an unknown variant
+    [ -x "$BIN" ] || { echo "http.sh: no $BIN (swift build -c release --product GCDBenchmarks)" >&2; exit 2; }
+  fi
+done
+
 printf '%-10s %-10s %5s %9s %8s %8s %8s %s\n' variant mode round req/s user_us sys_us cpu_us 'calls (by kind)'
 for round in $(seq "$ROUNDS"); do
   for mode in keep-alive close; do
     for variant in $VARIANTS; do
       # Without strace: requests per second and CPU per request.
       PORT=$((PORT + 1))
-      # shellcheck disable=SC2046
-      "$BIN" $(arguments "$variant") > "$work/server.out" &
+      command_of "$variant"
+      "${command[@]}" > "$work/server.out" &
       server=$!
       wait_listening
       read -r -a before < <(cut -d' ' -f14,15 "/proc/$server/stat")
@@ -68,8 +91,8 @@ for round in $(seq "$ROUNDS"); do
       system=$(((after[1] - before[1]) * 1000000 / TICKS))
       # With strace: the system calls of the whole run, per request served.
       PORT=$((PORT + 1))
-      # shellcheck disable=SC2046
-      strace -f -c -o "$work/strace" "$BIN" $(arguments "$variant") > "$work/server.out" &
+      command_of "$variant"
+      strace -f -c -o "$work/strace" "${command[@]}" > "$work/server.out" &
       server=$!
       wait_listening
       load "$mode" > /dev/null
