@@ -23,11 +23,7 @@ _Thread_local cgcd_frame_t *cgcd_current_frame = NULL;
     }                                                                    \
   } while (0)
 
-const char cgcd_target_key_storage = 0;
-const char cgcd_targets_key_storage = 0;
-const char cgcd_main_queue_key_storage = 0;
-const char cgcd_executor_key_storage = 0;
-const char cgcd_registration_key_storage = 0;
+const char cgcd_key_storage[CGCD_KEY_COUNT] = {0};
 
 // The main thread's id, cached per thread: gettid is a system call.
 static _Thread_local int cgcd_thread_is_main = -1;
@@ -70,6 +66,16 @@ static inline void cgcd_dispatch_sync_either(uintptr_t barrier, void *queue, voi
   }
 }
 
+// dispatch_barrier_async_and_wait_f or dispatch_async_and_wait_f, as the caller asked.
+static inline void cgcd_dispatch_async_and_wait_either(uintptr_t barrier, void *queue, void *context,
+                                                       void (*work)(void *)) {
+  if (barrier) {
+    cgcd_barrier_async_and_wait_f(queue, context, work);
+  } else {
+    cgcd_async_and_wait_f(queue, context, work);
+  }
+}
+
 // A non-escaping Swift closure on its way through dispatch_sync_f or
 // dispatch_apply_f, with the frame it runs in: for `queue`, linked to the
 // caller's chain (for apply, shared read-only by every iteration).
@@ -88,12 +94,20 @@ static inline struct cgcd_call cgcd_call_make(void *queue, uintptr_t flags, void
   return (struct cgcd_call){.frame = {.queue = queue, .flags = flags, .prev = cgcd_current_frame}, .context = context};
 }
 
+// Runs `invocation` (a statement that calls `call->function.member`) inside the frame of `call`
+// (a `struct cgcd_call *`), watched as CGCD_RUN_WATCHED runs it; the thread's frame is restored
+// after: the body of every trampoline of a `cgcd_call`.
+#define CGCD_RUN_IN_FRAME(call, member, invocation)                             \
+  do {                                                                          \
+    cgcd_frame_t *cgcd_saved = cgcd_current_frame;                              \
+    cgcd_current_frame = &(call)->frame;                                        \
+    CGCD_RUN_WATCHED((call)->frame.queue, (call)->function.member, invocation); \
+    cgcd_current_frame = cgcd_saved;                                            \
+  } while (0)
+
 static void cgcd_sync_trampoline(void *argument) {
   struct cgcd_call *call = argument;
-  cgcd_frame_t *saved = cgcd_current_frame;
-  cgcd_current_frame = &call->frame;
-  CGCD_RUN_WATCHED(call->frame.queue, call->function.closure, call->function.closure(call->context));
-  cgcd_current_frame = saved;
+  CGCD_RUN_IN_FRAME(call, closure, call->function.closure(call->context));
 }
 
 __attribute__((swiftcall)) void cgcd_sync(void *queue, uintptr_t flags, uintptr_t barrier,
@@ -107,11 +121,7 @@ __attribute__((swiftcall)) void cgcd_async_and_wait(void *queue, uintptr_t flags
                                                     cgcd_swift_closure_fn function, void *context) {
   struct cgcd_call call = cgcd_call_make(queue, flags, context);
   call.function.closure = function;
-  if (barrier) {
-    cgcd_barrier_async_and_wait_f(queue, &call, cgcd_sync_trampoline);
-  } else {
-    cgcd_async_and_wait_f(queue, &call, cgcd_sync_trampoline);
-  }
+  cgcd_dispatch_async_and_wait_either(barrier, queue, &call, cgcd_sync_trampoline);
 }
 
 // The fast path of `sync` from outside any queue (no frame on this thread)
@@ -145,10 +155,7 @@ __attribute__((swiftcall)) void cgcd_sync_here(void *queue, uintptr_t flags, uin
 
 static void cgcd_apply_trampoline(void *argument, size_t index) {
   struct cgcd_call *call = argument;
-  cgcd_frame_t *saved = cgcd_current_frame;
-  cgcd_current_frame = &call->frame;
-  CGCD_RUN_WATCHED(call->frame.queue, call->function.indexed, call->function.indexed((intptr_t)index, call->context));
-  cgcd_current_frame = saved;
+  CGCD_RUN_IN_FRAME(call, indexed, call->function.indexed((intptr_t)index, call->context));
 }
 
 __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintptr_t flags,
@@ -162,10 +169,7 @@ __attribute__((swiftcall)) void cgcd_apply(size_t iterations, void *queue, uintp
 
 static void cgcd_sync_function_trampoline(void *argument) {
   struct cgcd_call *call = argument;
-  cgcd_frame_t *saved = cgcd_current_frame;
-  cgcd_current_frame = &call->frame;
-  CGCD_RUN_WATCHED(call->frame.queue, call->function.plain, call->function.plain(call->context));
-  cgcd_current_frame = saved;
+  CGCD_RUN_IN_FRAME(call, plain, call->function.plain(call->context));
 }
 
 void cgcd_sync_function(void *queue, uintptr_t flags, uintptr_t barrier, void *context, void (*function)(void *)) {
@@ -178,11 +182,7 @@ void cgcd_async_and_wait_function(void *queue, uintptr_t flags, uintptr_t barrie
                                   void (*function)(void *)) {
   struct cgcd_call call = cgcd_call_make(queue, flags, context);
   call.function.plain = function;
-  if (barrier) {
-    cgcd_barrier_async_and_wait_f(queue, &call, cgcd_sync_function_trampoline);
-  } else {
-    cgcd_async_and_wait_f(queue, &call, cgcd_sync_function_trampoline);
-  }
+  cgcd_dispatch_async_and_wait_either(barrier, queue, &call, cgcd_sync_function_trampoline);
 }
 
 // An asynchronous function call on its way to its queue: what its frame needs
@@ -235,10 +235,7 @@ void cgcd_group_notify_function(void *group, void *queue, uintptr_t flags, void 
 
 static void cgcd_apply_function_trampoline(void *argument, size_t index) {
   struct cgcd_call *call = argument;
-  cgcd_frame_t *saved = cgcd_current_frame;
-  cgcd_current_frame = &call->frame;
-  CGCD_RUN_WATCHED(call->frame.queue, call->function.plain_indexed, call->function.plain_indexed(call->context, index));
-  cgcd_current_frame = saved;
+  CGCD_RUN_IN_FRAME(call, plain_indexed, call->function.plain_indexed(call->context, index));
 }
 
 void cgcd_apply_function(size_t iterations, void *queue, uintptr_t flags, void *context,

@@ -525,9 +525,10 @@ struct IOChannelTests {
     "readAvailable takes what a pipe holds now and does not wait: bytes while another copy of the write end stays open, EAGAIN for nothing, then the end of file"
   )
   func readAvailableTakesWhatIsThere() async throws {
-    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    // Close-on-exec: a child another test spawns meanwhile must not hold the write end.
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false, closeOnExec: true)
     // A grandchild's copy of the write end: the end of file will not come while it is open.
-    let heldCopy = dup(writeEnd)
+    let heldCopy = fcntl(writeEnd, F_DUPFD_CLOEXEC, 0)
     write(writeEnd, [1, 2, 3, 4, 5])
     close(writeEnd)
     let cleanup = Cleanup()

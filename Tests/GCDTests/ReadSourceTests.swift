@@ -406,13 +406,13 @@ struct ReadSourceTests {
     func make() -> (read: Int32, write: Int32) {
       switch self {
       case .pipe:
-        return makePipe()
+        return makePipe(closeOnExec: true)
       case .tcp:
         let (client, server) = tcpPair()
         _ = fcntl(server, F_SETFL, O_NONBLOCK)
         return (server, client)
       case .unixSocket:
-        return makeSocketPair()
+        return makeSocketPair(closeOnExec: true)
       }
     }
   }

@@ -190,40 +190,32 @@ void cgcd_group_notify_function(void *group, void *queue, uintptr_t flags, void 
 void cgcd_apply_function(size_t iterations, void *queue, uintptr_t flags, void *_Nullable context,
                          void (*function)(void *_Nullable, size_t));
 
-/// The key under which the library records, on queues it re-targets, the
-/// target queue (its address, with bit 0 set when the target is serial).
-static inline const void *cgcd_target_key(void) {
-  extern const char cgcd_target_key_storage;
-  return &cgcd_target_key_storage;
-}
+/// The keys under which the library records values on queues
+/// (`dispatch_queue_set_specific`, read back with `dispatch_get_specific`),
+/// each the address of its own byte of `cgcd_key_storage`, so unique.
+enum {
+  /// On queues it re-targets: the target queue (its address, with bit 0 set
+  /// when the target is serial).
+  CGCD_KEY_TARGET,
+  /// On queues it re-targets: the list of every target it set (a retained
+  /// Swift object, released by the queue's wrapper when it is dropped).
+  CGCD_KEY_TARGETS,
+  /// Marks the main queue (value: the queue).
+  CGCD_KEY_MAIN_QUEUE,
+  /// On a queue used as a Swift executor: its wrapper (unretained), read
+  /// back by the job runner with dispatch_get_specific.
+  CGCD_KEY_EXECUTOR,
+  /// Marks the queue sources register on when a sequence starts them
+  /// (value: the key itself), read back with dispatch_get_specific by the
+  /// handler blocks that must not run there.
+  CGCD_KEY_REGISTRATION,
+  CGCD_KEY_COUNT
+};
 
-/// The key under which the library keeps, on queues it re-targets, the list
-/// of every target it set (a retained Swift object, released by the queue's
-/// wrapper when it is dropped).
-static inline const void *cgcd_targets_key(void) {
-  extern const char cgcd_targets_key_storage;
-  return &cgcd_targets_key_storage;
-}
-
-/// The key under which the library marks the main queue (value: the queue).
-static inline const void *cgcd_main_queue_key(void) {
-  extern const char cgcd_main_queue_key_storage;
-  return &cgcd_main_queue_key_storage;
-}
-
-/// The key under which a queue used as a Swift executor records its
-/// wrapper (unretained), read back by the job runner with dispatch_get_specific.
-static inline const void *cgcd_executor_key(void) {
-  extern const char cgcd_executor_key_storage;
-  return &cgcd_executor_key_storage;
-}
-
-/// The key under which the library marks the queue sources register on when
-/// a sequence starts them (value: the key itself), read back with
-/// dispatch_get_specific by the handler blocks that must not run there.
-static inline const void *cgcd_registration_key(void) {
-  extern const char cgcd_registration_key_storage;
-  return &cgcd_registration_key_storage;
+/// The key `key` (a `CGCD_KEY_*`).
+static inline const void *cgcd_key(size_t key) {
+  extern const char cgcd_key_storage[CGCD_KEY_COUNT];
+  return &cgcd_key_storage[key];
 }
 
 /// `dispatch_get_current_queue` (deprecated in the header, so declared

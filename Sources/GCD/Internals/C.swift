@@ -90,17 +90,17 @@ enum Libdispatch {
   /// The keys under which the package records, on the queues it re-targets,
   /// the target (`targetKey`: its address, bit 0 set for a serial target)
   /// and the list of targets it keeps alive (`targetsKey`), and marks the
-  /// main queue (`mainQueueKey`). Addresses of CGCD globals, so unique.
-  @inlinable static var targetKey: UnsafeRawPointer { cgcd_target_key() }
-  @inlinable static var targetsKey: UnsafeRawPointer { cgcd_targets_key() }
-  @inlinable static var mainQueueKey: UnsafeRawPointer { cgcd_main_queue_key() }
+  /// main queue (`mainQueueKey`). Distinct bytes of one CGCD global, so unique.
+  @inlinable static var targetKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_TARGET) }
+  @inlinable static var targetsKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_TARGETS) }
+  @inlinable static var mainQueueKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_MAIN_QUEUE) }
 
   /// The key under which a queue used as an executor records its wrapper
   /// (unretained), for the job runner (`JobRunner`).
-  @inlinable static var executorKey: UnsafeRawPointer { cgcd_executor_key() }
+  @inlinable static var executorKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_EXECUTOR) }
 
   /// The key that marks the queue sources register on (`Registration.queue`).
-  static var registrationKey: UnsafeRawPointer { cgcd_registration_key() }
+  static var registrationKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_REGISTRATION) }
 
   /// `dispatch_get_current_queue`: the queue whose work the calling thread
   /// is running (the queue the work was submitted to, or a global queue);

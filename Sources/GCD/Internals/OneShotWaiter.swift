@@ -57,17 +57,8 @@ final class GroupWaiters: @unchecked Sendable {  // the C group pointer is immut
 
   /// The task of `waiter` was cancelled.
   func cancel(_ waiter: AsyncWaiter) {
-    let continuation: UnsafeContinuation<Bool, Never>? = state.withLock { state in
-      switch waiter.phase {
-      case .new:
-        waiter.phase = .done
-        return nil
-      case .waiting(let continuation, _):
-        state.waiting[ObjectIdentifier(waiter)] = nil
-        waiter.phase = .done
-        return continuation
-      case .done: return nil
-      }
+    let continuation = state.withLock { state in
+      waiter.cancel { state.waiting[ObjectIdentifier(waiter)] = nil }
     }
     continuation?.resume(returning: false)
   }
@@ -119,6 +110,21 @@ final class AsyncWaiter: @unchecked Sendable {
     case done
   }
   var phase = Phase.new
+
+  /// The task was cancelled (under its owner's lock): the waiter is done from now on. A waiting
+  /// one is taken off its owner's list by `unlist` (called once the phase reads `.done`) and its
+  /// continuation returned, to be resumed with false outside the lock; nil when it was not waiting
+  /// (not yet, or served already).
+  @inline(__always)
+  func cancel(unlist: () -> Void) -> UnsafeContinuation<Bool, Never>? {
+    guard case .waiting(let continuation, _) = phase else {
+      phase = .done
+      return nil
+    }
+    phase = .done
+    unlist()
+    return continuation
+  }
 }
 
 /// The async waiters of a `Semaphore` (tasks in `try await wait()`), in

@@ -183,17 +183,10 @@ public final class Semaphore: GCDObject, @unchecked Sendable {
         if let outcome { continuation.resume(returning: outcome) }
       }
     } onCancel: {
-      let continuation: UnsafeContinuation<Bool, Never>? = waiters.withLock { waiters in
-        switch waiter.phase {
-        case .new:
-          waiter.phase = .done
-          return nil
-        case .waiting(let continuation, _):
-          waiter.phase = .done
+      let continuation = waiters.withLock { waiters in
+        waiter.cancel {
           waiters.removeCancelled()
           asyncWaiterCount.subtract(1, ordering: .relaxed)
-          return continuation
-        case .done: return nil
         }
       }
       continuation?.resume(returning: false)

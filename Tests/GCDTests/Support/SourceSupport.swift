@@ -9,18 +9,29 @@ import Testing
   import Musl
 #endif
 
-/// A pipe: `(read, write)` descriptors.
-func makePipe(nonBlockingRead: Bool = true) -> (read: Int32, write: Int32) {
+/// `pipe2` and `accept4`, which make a descriptor close-on-exec in the same call (no window in
+/// which another thread's fork inherits it); GNU extensions the Glibc module leaves out, so found
+/// by name.
+private let glibcPipe2 = unsafeBitCast(
+  dlsym(nil, "pipe2"), to: (@convention(c) (UnsafeMutablePointer<Int32>, Int32) -> Int32).self)
+private let glibcAccept4 = unsafeBitCast(
+  dlsym(nil, "accept4"),
+  to: (@convention(c) (Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?, Int32) -> Int32).self)
+
+/// A pipe: `(read, write)` descriptors; close-on-exec when asked (a test that waits for the end of
+/// file must not have a child that another test spawns meanwhile inherit the write end).
+func makePipe(nonBlockingRead: Bool = true, closeOnExec: Bool = false) -> (read: Int32, write: Int32) {
   var ends: [Int32] = [-1, -1]
-  precondition(pipe(&ends) == 0, "pipe failed: errno \(errno)")
+  precondition(glibcPipe2(&ends, closeOnExec ? Int32(O_CLOEXEC) : 0) == 0, "pipe failed: errno \(errno)")
   if nonBlockingRead { _ = fcntl(ends[0], F_SETFL, O_NONBLOCK) }
   return (ends[0], ends[1])
 }
 
-/// A connected pair of non-blocking Unix stream sockets.
-func makeSocketPair() -> (Int32, Int32) {
+/// A connected pair of non-blocking Unix stream sockets (close-on-exec when asked, as `makePipe`).
+func makeSocketPair(closeOnExec: Bool = false) -> (Int32, Int32) {
   var ends: [Int32] = [-1, -1]
-  precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &ends) == 0, "socketpair failed: errno \(errno)")
+  let type = Int32(SOCK_STREAM.rawValue) | (closeOnExec ? Int32(SOCK_CLOEXEC.rawValue) : 0)
+  precondition(socketpair(AF_UNIX, type, 0, &ends) == 0, "socketpair failed: errno \(errno)")
   _ = fcntl(ends[0], F_SETFL, O_NONBLOCK)
   _ = fcntl(ends[1], F_SETFL, O_NONBLOCK)
   return (ends[0], ends[1])
@@ -47,9 +58,8 @@ func tcpPair() -> (client: Int32, server: Int32) {
     $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
   }
   precondition(connected == 0, "connect: errno \(errno)")
-  let server = accept(listener, nil, nil)
+  let server = glibcAccept4(listener, nil, nil, Int32(SOCK_CLOEXEC.rawValue))
   precondition(server >= 0, "accept: errno \(errno)")
-  _ = fcntl(server, F_SETFD, FD_CLOEXEC)
   return (client, server)
 }
 
