@@ -441,13 +441,8 @@ public class Source: GCDObject, @unchecked Sendable {
   @inlinable
   public final func cancel() {
     Libdispatch.source_cancel(raw)
-    cancelRequested()
     lifecycle.update { $0.cancel() }.perform(on: raw)
   }
-
-  /// Tells the source's state that `cancel()` was called (a fenced source leaves the fence then).
-  @usableFromInline
-  final func cancelRequested() { stateWord.load(ordering: .acquiring)?.takeUnretainedValue().cancelRequested() }
 
   /// Whether `cancel()` has been called.
   ///

@@ -126,10 +126,6 @@ class SourceState: @unchecked Sendable {
   /// (none for a plain source: `OwnedSourceState` overrides it).
   func cleanup(first: Bool) {}
 
-  /// `cancel()` was called (on the caller's thread, after `dispatch_source_cancel`): a fenced
-  /// source leaves the fence at once (none for the others).
-  func cancelRequested() {}
-
   /// The package's start hook, before the first activation (none for a plain source).
   func startHook() {}
 

@@ -37,9 +37,8 @@ import Synchronization
 /// stripe), bumped on every `EPOLL_CTL_ADD`: a record read by the reader after its
 /// registration was removed, or after the number was closed and reused, finds another generation,
 /// or no entry, and is dropped — the reader never follows a pointer the kernel hands back.
-/// `unregister` runs in `cancel()`, and again (finding the watch gone) in the source's cancel path
-/// before the user's cancel handler (which may close the descriptor), so the `EPOLL_CTL_DEL` always
-/// precedes the close and any reuse of the number.
+/// `unregister` runs in the source's cancel path before the user's cancel handler (which may close
+/// the descriptor), so the `EPOLL_CTL_DEL` always precedes the close and any reuse of the number.
 /// `DescriptorFenceTests` and the churn tests (4 threads creating and cancelling under the
 /// scribbling allocator, TSan) cover it.
 final class DescriptorFence: Sendable {
@@ -478,9 +477,8 @@ final class DescriptorFence: Sendable {
   let modifications = Atomic<Int>(0)
 
   /// Stops watching: takes `watch` out of the table, and the descriptor out of the instance with
-  /// its last watch. Called by `cancel()`, and in the source's cancel path before the user's cancel
-  /// handler (the descriptor still open; the second call finds the watch gone), or on a creation
-  /// that fails.
+  /// its last watch. Called once, in the source's cancel path before the user's cancel handler
+  /// (the descriptor still open), or on a creation that fails.
   func unregister(_ watch: DescriptorWatch) {
     let removed = stripe(watch.descriptor).table.withLock { table -> Bool in
       guard watch.inTable else { return false }
@@ -794,11 +792,6 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     _ = handler
   }
 
-  /// Out of the fence as soon as `cancel()` is called, rather than in the cancel path: no event
-  /// runs any more, and an edge that comes meanwhile (a connection's peer closing after the
-  /// handler answered and cancelled) no longer wakes the reader. The cancel path's removal then
-  /// finds it gone.
-  override func cancelRequested() { fence.unregister(self) }
 
   override func eventData() -> UInt { deliversOnce ? Libdispatch.source_get_data(raw) : estimate }
 
