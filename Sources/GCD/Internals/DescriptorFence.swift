@@ -792,7 +792,6 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     _ = handler
   }
 
-
   override func eventData() -> UInt { deliversOnce ? Libdispatch.source_get_data(raw) : estimate }
 
   /// After a handler: the watch waits for the kernel again (an always-ready one fires again). Not
