@@ -398,7 +398,8 @@ final class DescriptorFence: Sendable {
             table.entries[descriptor] = nil
             system_epoll_remove(instance, descriptor)
           }
-          // A direction that reached no armed watch twice leaves the registration.
+          // One-shot: on again for the watches still armed. Persistent: a direction that reached no
+          // armed watch twice leaves the registration.
           if let entry = table.entries[descriptor], let mask, modify(descriptor, mask, oneShot: entry.oneShot, key: key)
           {
             table.entries[descriptor]!.kernelMask = mask
