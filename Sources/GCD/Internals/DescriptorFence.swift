@@ -391,7 +391,7 @@ final class DescriptorFence: Sendable {
           let hungUp = failed || events & system_epollReadHangUp != 0
           let mask = table.entries[descriptor]!.record(readable: readable, writable: writable, hungUp: hungUp) {
             watch in
-            Libdispatch.source_merge_data(watch.raw, watch.mergeValue)
+            Libdispatch.source_merge_data(watch.raw, UInt(watch.mergeValue))
             if watch.deliversOnce { finished.append(watch) }
           }
           for watch in finished where table.entries[descriptor]!.unregister(watch) {
@@ -537,6 +537,22 @@ final class DescriptorFence: Sendable {
 /// whichever of `fire` (no handler) and `setHandler` comes second re-arms.
 ///
 final class DescriptorWatch: SourceState, @unchecked Sendable {
+  // The stored properties are ordered so the small ones pack into one word (an idle read source's
+  // bytes are a scale row's target).
+
+  /// The next and previous watch of the same descriptor. Under the fence's table lock; neither is
+  /// retained (`DescriptorFence.Entry.first` says why a listed watch is alive).
+  unowned(unsafe) var next: DescriptorWatch?
+  unowned(unsafe) var previous: DescriptorWatch?
+
+  /// Not retained: the fence, once made, is never freed (`DescriptorFence.made` holds it).
+  unowned(unsafe) let fence: DescriptorFence
+  let descriptor: Int32
+  /// What an event merges into the C source: 1 for a read or write source; a process source's
+  /// exit bits (`ProcEvents`, 32 bits).
+  let mergeValue: UInt32
+  /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
+  let writable: Bool
   /// Waiting for the kernel (counted in its entry's mask). Under the fence's table lock.
   var armed = false
   /// In the fence's table. Under the fence's table lock.
@@ -547,16 +563,16 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// A record said the peer hung up (or an error): the descriptor is readable for good (its end of
   /// file), which no edge will say again, so every re-arm asks the kernel. Under the lock.
   var hungUp = false
-  /// The next and previous watch of the same descriptor. Under the fence's table lock; neither is
-  /// retained (`DescriptorFence.Entry.first` says why a listed watch is alive).
-  unowned(unsafe) var next: DescriptorWatch?
-  unowned(unsafe) var previous: DescriptorWatch?
-
-  /// Not retained: the fence, once made, is never freed (`DescriptorFence.made` holds it).
-  unowned(unsafe) let fence: DescriptorFence
-  let descriptor: Int32
-  /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
-  let writable: Bool
+  /// A watch whose one event is for good (a pidfd: its process has exited): it leaves the table
+  /// with the event (`DescriptorFence.read`), is never re-armed, and an event that found no
+  /// handler is merged again when one is set. Its data is the C source's (the merged bits), not
+  /// the descriptor's queue size.
+  let deliversOnce: Bool
+  /// The watch owns its descriptor (a pidfd `ProcSource(pid:)` opened) and closes it when it
+  /// leaves the table, once: after its event, or in the cancel path.
+  let closesDescriptor: Bool
+  /// Set by `register` or `Source.create(descriptor:)` before the source exists; read-only after.
+  var arming = Arming.byRegistration
 
   /// What a read watch asks the kernel for (a hang-up of the peer's writing side reads as an end of
   /// file), and what a write watch asks for.
@@ -569,7 +585,8 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// advances with each merge (`newEpoch`, under the table lock): bit 0, a read found nothing
   /// (`EAGAIN`); bit 1, a read returned fewer bytes than it asked for; bits 2
   /// and 3, whether such a short read empties this descriptor (`system_shortReadEmpties`: 0 not
-  /// asked yet, 1 it does, 2 it does not); the epoch above them. A read (`read(into:)`, any
+  /// asked yet, 1 it does, 2 it does not); bit 4, the queue-size request failed on the descriptor
+  /// (`estimate`); the epoch above them. A read (`read(into:)`, any
   /// thread) loads the word before its call and sets its bit only if the word is unchanged after
   /// it (compare-and-exchange): a merge in between — an edge the read may not have seen — makes
   /// the bit fail to stick, and the re-arm asks the kernel.
@@ -578,18 +595,10 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   private static let shortBit: UInt64 = 2
   private static let kindShift: UInt64 = 2
   private static let kindMask: UInt64 = 3 << 2
-  private static let epochUnit: UInt64 = 1 << 4
-  /// What an event merges into the C source: 1 for a read or write source; a process source's
-  /// exit bits.
-  let mergeValue: UInt
-  /// A watch whose one event is for good (a pidfd: its process has exited): it leaves the table
-  /// with the event (`DescriptorFence.read`), is never re-armed, and an event that found no
-  /// handler is merged again when one is set. Its data is the C source's (the merged bits), not
-  /// the descriptor's queue size.
-  let deliversOnce: Bool
-  /// The watch owns its descriptor (a pidfd `ProcSource(pid:)` opened) and closes it when it
-  /// leaves the table, once: after its event, or in the cancel path.
-  let closesDescriptor: Bool
+  private static let estimateUnsupportedBit: UInt64 = 1 << 4
+  /// The bits a merge keeps: what is known of the descriptor.
+  private static let keptBits: UInt64 = kindMask | estimateUnsupportedBit
+  private static let epochUnit: UInt64 = 1 << 5
   /// How a watch is armed.
   enum Arming {
     /// By its registration: a descriptor's first watch. Its start takes no lock, nor re-arms a
@@ -604,9 +613,6 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     /// handler, until it is cancelled: the level semantics, with no kernel object.
     case alwaysReady
   }
-
-  /// Set by `register` or `Source.create(descriptor:)` before the source exists; read-only after.
-  var arming = Arming.byRegistration
 
   /// What an event runs: the user's handler, or the event sequence's delivery.
   enum Handler {
@@ -647,11 +653,6 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   private let handling = Mutex(Handling())
 
-  /// Set once the queue-size request has failed on the descriptor (a pipe's write end, a listening
-  /// socket): the estimate is then 1 without a call, as libdispatch's is. Relaxed: two threads that
-  /// read the estimate at once may both make the failing call once; each returns 1.
-  private let estimateUnsupported = Atomic<Bool>(false)
-
   /// The state of the source whose C object is `raw` (a DATA_OR source), its cancel block to be
   /// installed at once (its cleanup runs however the source ends).
   init(
@@ -661,7 +662,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     self.fence = fence
     self.descriptor = descriptor
     self.writable = writable
-    self.mergeValue = mergeValue
+    self.mergeValue = UInt32(mergeValue)
     self.deliversOnce = deliversOnce
     self.closesDescriptor = closesDescriptor
     super.init(raw: raw, queue: queue, cancelInstalled: true)
@@ -675,7 +676,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     var state = drainState.load(ordering: .relaxed)
     while true {
       let next =
-        (state & DescriptorWatch.kindMask) | ((state & ~(DescriptorWatch.epochUnit - 1)) &+ DescriptorWatch.epochUnit)
+        (state & DescriptorWatch.keptBits) | ((state & ~(DescriptorWatch.epochUnit - 1)) &+ DescriptorWatch.epochUnit)
       let (exchanged, original) = drainState.compareExchange(
         expected: state, desired: next, ordering: .acquiringAndReleasing)
       if exchanged { return }
@@ -723,15 +724,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     case 2: return false
     default:
       let empties = system_shortReadEmpties(descriptor)
-      let kind: UInt64 = (empties ? 1 : 2) << DescriptorWatch.kindShift
-      var current = state
-      while true {
-        let (exchanged, original) = drainState.compareExchange(
-          expected: current, desired: current | kind, ordering: .relaxed)
-        if exchanged { break }
-        current = original
-      }
-      // The epoch may have moved since `state` was read: only the bits read before count.
+      drainState.bitwiseOr((empties ? 1 : 2) << DescriptorWatch.kindShift, ordering: .relaxed)
       return empties
     }
   }
@@ -752,7 +745,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   private func setHandler(_ handler: Handler) {
     guard handling.withLock({ $0.set(handler) }) else { return }
     if deliversOnce {
-      if !Libdispatch.source_testcancel(raw) { Libdispatch.source_merge_data(raw, mergeValue) }
+      if !Libdispatch.source_testcancel(raw) { Libdispatch.source_merge_data(raw, UInt(mergeValue)) }
     } else {
       eventDone()
     }
@@ -774,9 +767,12 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// bytes still unsent (`SIOCOUTQ`); 1 where the descriptor does not support the request. Read
   /// from the descriptor now.
   var estimate: UInt {
-    if estimateUnsupported.load(ordering: .relaxed) { return 1 }
+    // Once the queue-size request has failed on the descriptor (a pipe's write end, a listening
+    // socket), the estimate is 1 without a call, as libdispatch's is (a bit of `drainState`).
+    // Relaxed: two threads that read the estimate at once may both make the failing call once.
+    if drainState.load(ordering: .relaxed) & DescriptorWatch.estimateUnsupportedBit != 0 { return 1 }
     guard let bytes = system_queuedBytes(descriptor, output: writable) else {
-      estimateUnsupported.store(true, ordering: .relaxed)
+      drainState.bitwiseOr(DescriptorWatch.estimateUnsupportedBit, ordering: .relaxed)
       return 1
     }
     return UInt(clamping: bytes)
