@@ -65,8 +65,8 @@ private struct SourceModel: Hashable {
 /// handler reduced to whether there is one in the state's `key`.
 private struct ModelState {
   var entryPresent = false
-  var armedReaders = 0
-  var armedWriters = 0
+  var armedReaders: UInt32 = 0
+  var armedWriters: UInt32 = 0
   var kernelMask: UInt32 = 0
   /// The entry's registration is one-shot (`Entry.oneShot`; the kernel's is the same: each change
   /// comes with its modification, in one step).

@@ -530,4 +530,52 @@ struct ReadSourceTests {
     #expect(error?.errno == EBADF)
     #expect(error?.operation.hasSuffix("read(into:): read") == true)
   }
+  /// How the source ends while its handler is blocked on another thread.
+  enum Ending: String, CaseIterable, Sendable { case cancel, drop }
+
+  @Test(
+    "cancelled or dropped while its handler runs, a read source still leaves the fence, then runs its cancel handler once",
+    .timeLimit(.minutes(1)), arguments: Ending.allCases)
+  func endsWhileHandlerRuns(_ ending: Ending) {
+    // The cancel block that takes the watch out of the fence is installed by the cancel itself
+    // (`Source.cleansUp`): with the handler running, libdispatch cannot change the handler at once
+    // and queues the change on the source, which it drains before the cancel callout.
+    let (left, right) = makeSocketPair()
+    defer {
+      close(left)
+      close(right)
+    }
+    let queue = Queue(label: "read.ends-while-handling")
+    var source: ReadSource? = try! ReadSource(fileDescriptor: left, queue: queue)
+    let watch = source!.watch!
+    let inHandler = Event()
+    let release = Event()
+    let cancelled = Counter()
+    let cancelledOnce = Event()
+    let calls = Counter()
+    source!.setEventHandler {
+      calls.increment()
+      inHandler.signal()
+      release.wait()
+    }
+    source!.setCancelHandler {
+      cancelled.increment()
+      cancelledOnce.signal()
+    }
+    source!.resume()
+    _ = write(right, "x", 1)
+    #expect(inHandler.wait())
+    switch ending {
+    case .cancel: source!.cancel()
+    case .drop: source = nil
+    }
+    release.signal()
+    #expect(cancelledOnce.wait())
+    queue.sync {}
+    #expect(cancelled.current == 1)
+    #expect(calls.current == 1)
+    #expect(!watch.inTable, "the watch is still in the fence")
+    _ = source
+  }
+
 }

@@ -45,6 +45,13 @@ public class Source: GCDObject, @unchecked Sendable {
   /// Whether the source has the package's start hook (`OwnedSourceState.onActivate`): its first
   /// start runs it, so it never takes `resume()`'s fast path.
   @usableFromInline final let hasStartHook: Bool
+  /// Whether the state has the package's cleanup (a descriptor watch's, a watcher's stop): its
+  /// cancel block is installed by the cancel itself (`cancel()`, `deinit`), right before
+  /// `dispatch_source_cancel`, not at creation, so that a live source carries no cancel block
+  /// (a block and its continuation, 144 bytes of an idle read source's; docs/performance.md).
+  /// libdispatch drains a handler change pushed on the source before its cancel callout
+  /// (`_dispatch_source_invoke2`), so the block installed then is the one that runs.
+  @usableFromInline final let cleansUp: Bool
 
   /// Creates a C source, inactive, whose handlers run on `queue`.
   ///
@@ -178,21 +185,20 @@ public class Source: GCDObject, @unchecked Sendable {
     lifecycle = Atomic(.inactive)
     createdQueue = queue
     hasStartHook = onActivate != nil || watch != nil
+    cleansUp = watch != nil || ownedCleanup != nil
     if let watch {
       stateWord = Atomic(Unmanaged.passRetained(watch))
       super.init(raw: created)
-      watch.installCancelBlock()
     } else if ownedCleanup == nil && onActivate == nil {
       stateWord = Atomic(nil)
       super.init(raw: created)
     } else {
-      // The package's own kinds: their state at once, and their cleanup runs however the source
-      // ends, so its cancel block is installed now.
+      // The package's own kinds: their state at once; their cleanup runs however the source
+      // ends (the cancel block, installed by the cancel: `cleansUp`).
       let state = OwnedSourceState(
         raw: created, queue: queue, cleanup: ownedCleanup, onActivate: onActivate)
       stateWord = Atomic(Unmanaged.passRetained(state))
       super.init(raw: created)
-      if ownedCleanup != nil { state.installCancelBlock() }
     }
   }
 
@@ -201,6 +207,7 @@ public class Source: GCDObject, @unchecked Sendable {
   deinit {
     // The last reference: nothing else can change the state now.
     var state = lifecycle.load(ordering: .acquiring)
+    if cleansUp { installCleanup() }
     if !state.isCancelled { Libdispatch.source_cancel(raw) }
     state.drop().perform(on: raw)
     Libdispatch.release(raw)
@@ -440,8 +447,16 @@ public class Source: GCDObject, @unchecked Sendable {
   /// The corresponding C function is `dispatch_source_cancel`.
   @inlinable
   public final func cancel() {
+    if cleansUp { installCleanup() }
     Libdispatch.source_cancel(raw)
     lifecycle.update { $0.cancel() }.perform(on: raw)
+  }
+
+  /// Installs the cancel block that runs the package's cleanup, once (`cleansUp`): a `cancel()`
+  /// racing another, or `deinit`, finds it installed.
+  @usableFromInline
+  final func installCleanup() {
+    stateWord.load(ordering: .acquiring).unsafelyUnwrapped.takeUnretainedValue().installCancelBlockOnce()
   }
 
   /// Whether `cancel()` has been called.

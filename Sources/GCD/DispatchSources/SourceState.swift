@@ -81,7 +81,8 @@ class SourceState: @unchecked Sendable {
     var queue: Queue
     /// The user's cancel handler.
     var cancel: Source.CancelHandler = .none
-    /// The cancel block is installed (at once when the owner has a cleanup).
+    /// The cancel block is installed (by the user's cancel handler, a hook, or the cancel of a
+    /// source with the package's cleanup).
     var cancelInstalled: Bool
     /// A sequence's start has pointed the C source at `Registration.queue`, and it has not
     /// registered yet (the start waits).
@@ -116,10 +117,10 @@ class SourceState: @unchecked Sendable {
   /// The one lock: every field but the two words.
   final let locked: Mutex<Locked>
 
-  init(raw: OpaquePointer, queue: Queue, cancelInstalled: Bool = false) {
+  init(raw: OpaquePointer, queue: Queue) {
     self.raw = raw
     target = Atomic(SourceState.targetWord(queue))
-    locked = Mutex(Locked(queue: queue, cancelInstalled: cancelInstalled))
+    locked = Mutex(Locked(queue: queue, cancelInstalled: false))
   }
 
   /// The package's cleanup at cancellation, `first` before the user's cancel handler or after it
@@ -202,6 +203,16 @@ class SourceState: @unchecked Sendable {
   func setCancelHandler(_ handler: Source.CancelHandler) {
     let install = locked.withLock { locked in
       locked.cancel = handler
+      defer { locked.cancelInstalled = true }
+      return !locked.cancelInstalled
+    }
+    if install { installCancelBlock() }
+  }
+
+  /// Installs the cancel block unless it is installed (the cancel of a source with the package's
+  /// cleanup, `Source.cleansUp`).
+  final func installCancelBlockOnce() {
+    let install = locked.withLock { locked in
       defer { locked.cancelInstalled = true }
       return !locked.cancelInstalled
     }
@@ -369,7 +380,7 @@ class SourceState: @unchecked Sendable {
 
 /// The state of a source of the package's own kinds, with the work it does around the source (a
 /// watcher that starts with it, a descriptor or a watch to give back at cancellation): made with
-/// the source, its cancel block installed at once. A subclass, so that a plain source's state does
+/// the source, its cancel block installed by the cancel (`Source.cleansUp`). A subclass, so that a plain source's state does
 /// not carry these fields, and these sources do not pay an object more for them.
 final class OwnedSourceState: SourceState, @unchecked Sendable {
   /// Run once at cancellation, after the user's cancel handler.
@@ -382,7 +393,7 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
   ) {
     ownedCleanup = cleanup
     self.onActivate = onActivate
-    super.init(raw: raw, queue: queue, cancelInstalled: cleanup != nil)
+    super.init(raw: raw, queue: queue)
   }
 
   override func cleanup(first: Bool) {

@@ -70,20 +70,25 @@ final class DescriptorFence: Sendable {
   /// One watched descriptor: its registration's generation, its watches (a list through the
   /// watches themselves: no array to allocate, and a watch leaves it in constant time, however many
   /// sources share the descriptor) and how many of them are armed, per direction.
+  ///
+  /// 32 bytes (the small fields first, the counts 32 bits): the table holds one per descriptor
+  /// number up to the largest, so an idle read source pays it up to twice (the array's growth).
   struct Entry {
     var generation: UInt32
-    /// Not retained: a watch is in the list only between `register` and `unregister`, and both run
-    /// while its source's state is held strongly (by the creating thread, then by the C source's
-    /// cancel block, which runs `unregister` before it returns); the reader follows the list only
-    /// under the table lock, so it never reaches a watch that has left.
-    unowned(unsafe) var first: DescriptorWatch?
-    var armedReaders = 0
-    var armedWriters = 0
     /// The events the kernel reports, edge-triggered: the mask last given to `epoll_ctl`. A record
     /// leaves it as it is, but of a one-shot registration (0 then, until it is modified again); a
     /// direction no watch took twice in a row leaves it (`record`), and comes back with the next
     /// re-arm of a watch of that direction.
     var kernelMask: UInt32 = 0
+    /// Not retained: a watch is in the list only between `register` and `unregister`, and both run
+    /// while its source's state is held strongly (by the creating thread, then by the `Source`,
+    /// whose `cancel()` or `deinit` installs the C source's cancel block before it lets go, then by
+    /// that block, which runs `unregister` before it returns); the reader follows the list only
+    /// under the table lock, so it never reaches a watch that has left.
+    unowned(unsafe) var first: DescriptorWatch?
+    /// The armed watches of each direction.
+    var armedReaders: UInt32 = 0
+    var armedWriters: UInt32 = 0
     /// The registration is one-shot (`EPOLLONESHOT`): a new one (a connection's first event may
     /// well be its last — a handler that answers and cancels — and the kernel had better not
     /// report the peer's close meanwhile), or the last re-arm had to ask the kernel (its handler
@@ -653,8 +658,8 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   private let handling = Mutex(Handling())
 
-  /// The state of the source whose C object is `raw` (a DATA_OR source), its cancel block to be
-  /// installed at once (its cleanup runs however the source ends).
+  /// The state of the source whose C object is `raw` (a DATA_OR source); its cancel block, which
+  /// takes the watch out of the fence, is installed by the source's cancel (`Source.cleansUp`).
   init(
     raw: OpaquePointer, queue: Queue, fence: DescriptorFence, descriptor: Int32, writable: Bool,
     mergeValue: UInt = 1, deliversOnce: Bool = false, closesDescriptor: Bool = false
@@ -665,7 +670,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     self.mergeValue = UInt32(mergeValue)
     self.deliversOnce = deliversOnce
     self.closesDescriptor = closesDescriptor
-    super.init(raw: raw, queue: queue, cancelInstalled: true)
+    super.init(raw: raw, queue: queue)
     // The C source is inactive: set at once. The block captures this state alone.
     Libdispatch.source_set_event_handler(raw) { [self] in fire() }
   }
