@@ -20,7 +20,9 @@ public class GCDObject: @unchecked Sendable {
 
   /// The wrapped C object, borrowed: valid while this wrapper is alive. Use
   /// it to call libdispatch functions this package does not wrap; do not
-  /// release it.
+  /// release it, and do not cancel a source through it (`Source.cancel()`
+  /// runs the package's own cleanup, such as a descriptor's leaving the
+  /// package's epoll set, which `dispatch_source_cancel` alone skips).
   @inlinable
   public final var unsafeObject: OpaquePointer { raw }
 
