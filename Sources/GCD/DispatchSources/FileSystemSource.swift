@@ -88,7 +88,7 @@ public final class FileSystemSource: Source, @unchecked Sendable {
   }
 
   /// The events the source watches (`mask`).
-  public let watchedEvents: FileSystemEvents
+  public var watchedEvents: FileSystemEvents { watch.events }
   let watch: InotifyWatch
   /// The descriptor returned by `handle`.
   let watchedDescriptor: Int32
@@ -167,10 +167,9 @@ public final class FileSystemSource: Source, @unchecked Sendable {
       Libdispatch.release(created)
       throw error
     }
-    watchedEvents = events
     self.watch = watch
     watchedDescriptor = handle
-    super.init(created: created, queue: queue, ownedCleanup: { watch.stop() }, onActivate: { watch.start() })
+    super.init(created: created, queue: queue, watcher: watch)
   }
 
   private static func check(_ events: FileSystemEvents, operation: String) throws(GCDError) {

@@ -42,7 +42,7 @@ public class Source: GCDObject, @unchecked Sendable {
   /// `deinit`. An unmanaged word rather than `AtomicLazyReference`, whose generic `load()` is not
   /// specialized here and looked its metadata up on every call (callgrind: 300 instructions a timer).
   final let stateWord: Atomic<Unmanaged<SourceState>?>
-  /// Whether the source has the package's start hook (`OwnedSourceState.onActivate`): its first
+  /// Whether the source has the package's start hook (a watcher's start, a watch's arming): its first
   /// start runs it, so it never takes `resume()`'s fast path.
   @usableFromInline final let hasStartHook: Bool
   /// Whether the state has the package's cleanup (a descriptor watch's, a watcher's stop): its
@@ -170,34 +170,30 @@ public class Source: GCDObject, @unchecked Sendable {
   /// Takes over `created` (from `create`), whose handlers run on `queue`.
   ///
   /// - Parameters:
-  ///   - ownedCleanup: Work the source's owner must do when the source is
-  ///     cancelled (closing a descriptor it opened), after the user's
-  ///     cancel handler; runs once.
-  ///   - onActivate: Called once when the source is first started.
+  ///   - watcher: The kernel watcher of the package's own kinds (inotify, a pressure trigger),
+  ///     started at the first start and stopped once at cancellation, after the user's cancel
+  ///     handler (`OwnedSourceState`).
   ///   - watch: For a read or write source in the descriptor fence, its watch (from
   ///     `create(descriptor:)`), which is the source's state: taken out of the fence before the
   ///     user's cancel handler, re-armed after each event handler, and the source of `data`.
   init(
     created: OpaquePointer, queue: Queue,
-    ownedCleanup: (@Sendable () -> Void)? = nil, onActivate: (@Sendable () -> Void)? = nil,
-    watch: DescriptorWatch? = nil
+    watcher: (any KernelWatcher)? = nil, watch: DescriptorWatch? = nil
   ) {
     lifecycle = Atomic(.inactive)
     createdQueue = queue
-    hasStartHook = onActivate != nil || watch != nil
-    cleansUp = watch != nil || ownedCleanup != nil
+    hasStartHook = watcher != nil || watch != nil
+    cleansUp = hasStartHook
     if let watch {
       stateWord = Atomic(Unmanaged.passRetained(watch))
       super.init(raw: created)
-    } else if ownedCleanup == nil && onActivate == nil {
-      stateWord = Atomic(nil)
-      super.init(raw: created)
-    } else {
+    } else if let watcher {
       // The package's own kinds: their state at once; their cleanup runs however the source
       // ends (the cancel block, installed by the cancel: `cleansUp`).
-      let state = OwnedSourceState(
-        raw: created, queue: queue, cleanup: ownedCleanup, onActivate: onActivate)
-      stateWord = Atomic(Unmanaged.passRetained(state))
+      stateWord = Atomic(Unmanaged.passRetained(OwnedSourceState(raw: created, queue: queue, watcher: watcher)))
+      super.init(raw: created)
+    } else {
+      stateWord = Atomic(nil)
       super.init(raw: created)
     }
   }
@@ -364,7 +360,7 @@ public class Source: GCDObject, @unchecked Sendable {
   /// signal (delivered before libdispatch's handler and signalfd exist, it takes its disposition).
   /// For every other source it waits: a descriptor stays ready (epoll reports it when added), a
   /// timer's deadline is absolute, a data source merges before it is installed, and the package's
-  /// own watchers (inotify, pidfd, pressure) start in `onActivate`, before the C source.
+  /// own watchers (inotify, pidfd, pressure) start in the start hook, before the C source.
   var losesEventsBeforeRegistration: Bool { false }
 
   /// The state the handler blocks share, made on first use (two threads asking at once get the

@@ -45,6 +45,15 @@ class SourceState: @unchecked Sendable {
   /// is held by `locked.queue` and by libdispatch's target reference.
   final let target: Atomic<UInt>
 
+  /// What an event runs, for a state that keeps the handler itself (`DescriptorWatch`,
+  /// `OwnedSourceState`) behind one event block for the source's life: the user's handler, or the
+  /// event sequence's delivery.
+  enum EventHandler {
+    case plain(@Sendable () -> Void)
+    case value(@Sendable (UInt) -> Void)
+    case sequence
+  }
+
   /// What a sequence's consumer waits on: the next element's data, or nil at the end.
   typealias Consumer = UnsafeContinuation<UInt?, Never>
 
@@ -190,6 +199,15 @@ class SourceState: @unchecked Sendable {
   /// Sets the event sequence's handler (`sequenceEvent`), as `setEventHandler` sets the user's.
   func setSequenceHandler() {
     Libdispatch.source_set_event_handler(raw) { [self] in inTargetFrame { sequenceEvent() } }
+  }
+
+  /// Runs `handler` inside a frame of the target queue (the value handler with `eventData()`).
+  final func run(_ handler: EventHandler) {
+    switch handler {
+    case .plain(let body): inTargetFrame(body)
+    case .value(let body): inTargetFrame { body(eventData()) }
+    case .sequence: inTargetFrame { sequenceEvent() }
+    }
   }
 
   /// `data` in a handler: the C source's pending data (libdispatch holds the C source while its
@@ -378,28 +396,65 @@ class SourceState: @unchecked Sendable {
   }
 }
 
-/// The state of a source of the package's own kinds, with the work it does around the source (a
-/// watcher that starts with it, a descriptor or a watch to give back at cancellation): made with
-/// the source, its cancel block installed by the cancel (`Source.cleansUp`). A subclass, so that a plain source's state does
-/// not carry these fields, and these sources do not pay an object more for them.
+/// The state of a source of the package's own kinds, with the kernel watcher that works around
+/// the source (inotify, a pressure trigger): made with the source; the watcher starts with the
+/// source's first start and stops in its cancel block (installed by the cancel: `Source.cleansUp`).
+/// A subclass, so that a plain source's state does not carry these fields.
+///
+/// It keeps the user's event handler itself, under `locked`, behind one event block installed with
+/// the first handler, as `DescriptorWatch` does: a block that captured the handler beside this
+/// state would cost a closure context of its own (48 bytes a watched file). The cancel block lets
+/// the handler go, as libdispatch frees a cancelled source's event block.
 final class OwnedSourceState: SourceState, @unchecked Sendable {
-  /// Run once at cancellation, after the user's cancel handler.
-  let ownedCleanup: (@Sendable () -> Void)?
-  /// Called once when the source is first started (before activation).
-  let onActivate: (@Sendable () -> Void)?
+  /// Started at the source's first start, stopped once at cancellation, after the user's cancel
+  /// handler.
+  let watcher: any KernelWatcher
+  /// The user's handler, or the sequence's; nil until one is set and once the source is cancelled.
+  /// Read and written only under `locked`.
+  private var handler: EventHandler?
+  /// The event block is installed (with the first handler). Only under `locked`.
+  private var blockInstalled = false
+  /// The cancel block ran: a handler set later is dropped at once. Only under `locked`.
+  private var ended = false
 
-  init(
-    raw: OpaquePointer, queue: Queue, cleanup: (@Sendable () -> Void)?, onActivate: (@Sendable () -> Void)?
-  ) {
-    ownedCleanup = cleanup
-    self.onActivate = onActivate
+  init(raw: OpaquePointer, queue: Queue, watcher: any KernelWatcher) {
+    self.watcher = watcher
     super.init(raw: raw, queue: queue)
   }
 
   override func cleanup(first: Bool) {
-    if !first { ownedCleanup?() }
+    if first {
+      // Let the handler go outside the lock: its captures' deinit may run any code.
+      let released = locked.withLock { _ in
+        defer { (handler, ended) = (nil, true) }
+        return handler
+      }
+      _ = released
+    } else {
+      watcher.stop()
+    }
   }
 
-  override func startHook() { onActivate?() }
+  override func startHook() { watcher.start() }
 
+  override func setEventHandler(_ handler: @escaping @Sendable () -> Void) { setHandler(.plain(handler)) }
+  override func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) { setHandler(.value(handler)) }
+  override func setSequenceHandler() { setHandler(.sequence) }
+
+  /// Records `handler`; the first installs the event block, which captures this state alone.
+  private func setHandler(_ new: EventHandler) {
+    let install = locked.withLock { _ in
+      if ended { return false }
+      handler = new
+      defer { blockInstalled = true }
+      return !blockInstalled
+    }
+    if install { Libdispatch.source_set_event_handler(raw) { [self] in fire() } }
+  }
+
+  /// The event block: the handler recorded now (none once cancelled).
+  private func fire() {
+    guard let handler = locked.withLock({ _ in handler }) else { return }
+    run(handler)
+  }
 }

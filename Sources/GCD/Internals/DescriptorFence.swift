@@ -619,12 +619,8 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     case alwaysReady
   }
 
-  /// What an event runs: the user's handler, or the event sequence's delivery.
-  enum Handler {
-    case plain(@Sendable () -> Void)
-    case value(@Sendable (UInt) -> Void)
-    case sequence
-  }
+  /// What an event runs (`SourceState.EventHandler`).
+  typealias Handler = EventHandler
 
   /// The handler (nil until one is set), whether an event found none (the watch is then disarmed
   /// until one is set), and whether the cancel path let the handler go (a handler set later is
@@ -737,11 +733,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// The C source's event block: the handler, then the re-arm; no handler: no re-arm, `starved`.
   private func fire() {
     guard let handler = handling.withLock({ $0.event() }) else { return }
-    switch handler {
-    case .plain(let body): inTargetFrame(body)
-    case .value(let body): inTargetFrame { body(eventData()) }
-    case .sequence: inTargetFrame { sequenceEvent() }
-    }
+    run(handler)
     if !deliversOnce { eventDone() }
   }
 

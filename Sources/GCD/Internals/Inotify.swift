@@ -208,8 +208,9 @@ final class InotifyWatch: KernelWatcher {
   }
 
   let center: Inotify
-  /// The vnode flags the source asked for.
-  let events: FileSystemEvents
+  /// The vnode flags the source asked for (`FileSystemEvents.all` fits a byte: the source's
+  /// initializer refuses other bits), beside `isDirectory`: a watch is 104 bytes, not 112.
+  private let eventBits: UInt8
   let isDirectory: Bool
   let target: MergeTarget
   let state: Mutex<State>
@@ -223,11 +224,14 @@ final class InotifyWatch: KernelWatcher {
     target: OpaquePointer
   ) {
     self.center = center
-    self.events = events
+    eventBits = UInt8(events.rawValue)
     self.isDirectory = isDirectory
     self.target = MergeTarget(retaining: target)
     state = Mutex(State(wd: wd, pathDescriptor: pathDescriptor))
   }
+
+  /// The vnode flags the source asked for.
+  var events: FileSystemEvents { FileSystemEvents(rawValue: UInt(eventBits)) }
 
   /// The source's first `resume()`: deliver from now on, against a fresh baseline.
   func start() {

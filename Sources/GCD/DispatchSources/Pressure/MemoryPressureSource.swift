@@ -139,7 +139,7 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
     watchedEvents = events
     self.scope = scope
     self.watcher = watcher
-    super.init(created: created, queue: queue, ownedCleanup: { watcher.stop() }, onActivate: { watcher.start() })
+    super.init(created: created, queue: queue, watcher: watcher)
   }
 
   /// The level the event being handled reports (the latest, when changes merged).

@@ -151,7 +151,7 @@ public final class PressureSource: Source, @unchecked Sendable {
     self.window = window
     self.scope = scope
     self.counter = counter
-    super.init(created: created, queue: queue, ownedCleanup: { counter.stop() }, onActivate: { counter.start() })
+    super.init(created: created, queue: queue, watcher: counter)
   }
 
   /// The number of fires merged into the event being handled.
