@@ -202,9 +202,6 @@ enum {
   CGCD_KEY_TARGETS,
   /// Marks the main queue (value: the queue).
   CGCD_KEY_MAIN_QUEUE,
-  /// On a queue used as a Swift executor: its wrapper (unretained), read
-  /// back by the job runner with dispatch_get_specific.
-  CGCD_KEY_EXECUTOR,
   /// Marks the queue sources register on when a sequence starts them
   /// (value: the key itself), read back with dispatch_get_specific by the
   /// handler blocks that must not run there.

@@ -3,6 +3,15 @@
 // context, as the Swift runtime's own global executor sends them on Linux,
 // and run inside a frame for the queue (Internals/Frames.swift) so that
 // `isCurrent` and `Queue.precondition` see them.
+//
+// The runner finds the queue's wrapper in the job itself: the two words a job
+// keeps for the executor that holds it (`withUnsafeExecutorPrivateData`, the
+// toolchain's `ExperimentalCustomExecutors` interface), written by `enqueue`.
+// A queue-specific value would cost every executor queue libdispatch's list
+// and entry (two allocations, 80 bytes: docs/performance.md, `actors_on_queues`).
+
+import Synchronization
+@_spi(ExperimentalCustomExecutors) import _Concurrency
 
 extension Queue: TaskExecutor {
   /// Submits a job of a task that prefers this queue (or of an actor that
@@ -13,35 +22,50 @@ extension Queue: TaskExecutor {
   ///
   /// The corresponding C function is `dispatch_async_f`.
   public final func enqueue(_ job: consuming ExecutorJob) {
-    let context = unsafeBitCast(UnownedJob(job), to: UnsafeMutableRawPointer.self)
-    if flags & Queue.serialExecutorFlag != 0 {
-      Libdispatch.async_f(raw, context) { JobRunner.run($0) }
-    } else if flags & Queue.globalFlag != 0 && flags & Queue.mainFlag == 0 {
-      // libdispatch keeps no queue-specific values on global queues: one runner per global queue.
+    if flags & Queue.globalFlag != 0 && flags & Queue.mainFlag == 0 {
+      // A global queue's runner knows its wrapper.
+      let context = unsafeBitCast(UnownedJob(job), to: UnsafeMutableRawPointer.self)
       Libdispatch.async_f(raw, context, JobRunner.globalRunner(raw))
-    } else {
-      JobRunner.register(self)
-      Libdispatch.async_f(raw, context) { JobRunner.run($0) }
+      return
     }
+    let context = unsafeBitCast(UnownedJob(job), to: UnsafeMutableRawPointer.self)
+    var offset = JobRunner.privateOffset.load(ordering: .relaxed)
+    if offset < 0 { offset = JobRunner.measurePrivateOffset(context) }
+    // Unretained: the jobs of a queue run while its wrapper is alive, like any executor's.
+    (context + offset).storeBytes(of: Unmanaged.passUnretained(self).toOpaque(), as: UnsafeMutableRawPointer.self)
+    Libdispatch.async_f(raw, context) { JobRunner.run($0) }
   }
 }
 
 /// Runs the jobs `Queue.enqueue` submits.
 enum JobRunner {
-  /// Records `queue` as the executor of its C queue, once.
-  static func register(_ queue: Queue) {
-    if Libdispatch.queue_get_specific(queue.raw, Libdispatch.executorKey) == nil {
-      Libdispatch.queue_set_specific(
-        queue.raw, Libdispatch.executorKey, Unmanaged.passUnretained(queue).toOpaque(), nil)
+  /// Where a job keeps the two words for the executor that holds it, from the job's address: the
+  /// address `withUnsafeExecutorPrivateData` gives for the first job, less the job's (the same for
+  /// every job of the process: a field of the runtime's job header). Kept so that each job costs a
+  /// store and a load, not two generic calls into the runtime (107 instructions an actor hop,
+  /// `Benchmarks/callgrind.sh actor_hop`). -1 until the first job; relaxed: every thread that
+  /// measures stores the same value, and a runner reads it after its job's `enqueue` wrote it
+  /// (`dispatch_async_f` orders the two).
+  static let privateOffset = Atomic<Int>(-1)
+
+  /// Measures `privateOffset` on the job at `context` (the first one enqueued), checking that the words are in
+  /// the job and hold a pointer.
+  static func measurePrivateOffset(_ context: UnsafeMutableRawPointer) -> Int {
+    let job = ExecutorJob(unsafeBitCast(context, to: UnownedJob.self))
+    let (base, count) = job.withUnsafeExecutorPrivateData { ($0.baseAddress, $0.count) }
+    guard let base, count >= MemoryLayout<UnsafeMutableRawPointer>.size, base >= context else {
+      fatalError("GCD: the Swift runtime gives a job no executor-private words (\(count) bytes)")
     }
+    let offset = base - context
+    privateOffset.store(offset, ordering: .relaxed)
+    return offset
   }
 
-  /// The runner of a job on a created queue, or the main queue: finds the
-  /// queue's wrapper from the queue (`Libdispatch.executorKey`).
+  /// The runner of a job on a created queue, or the main queue: finds the queue's wrapper in the
+  /// job's executor-private words, where `enqueue` wrote it.
   static func run(_ context: UnsafeMutableRawPointer?) {
-    guard let wrapper = Libdispatch.get_specific(Libdispatch.executorKey) else {
-      fatalError("GCD: an executor job runs on a queue that has no executor record")
-    }
+    let job = context.unsafelyUnwrapped
+    let wrapper = (job + privateOffset.load(ordering: .relaxed)).load(as: UnsafeMutableRawPointer.self)
     run(context, on: Unmanaged<Queue>.fromOpaque(wrapper).takeUnretainedValue())
   }
 

@@ -44,9 +44,6 @@ public final class SerialQueue: Queue, SerialExecutor, @unchecked Sendable {
     super.init(
       created: label.withCString { Libdispatch.queue_create($0, attr) },
       flags: frameExclusive | Queue.serialExecutorFlag, state: .active)
-    // The job runner finds the wrapper from the queue (unretained: the jobs
-    // of a queue run while its wrapper is alive, like any executor's).
-    Libdispatch.queue_set_specific(raw, Libdispatch.executorKey, Unmanaged.passUnretained(self).toOpaque(), nil)
     if let target {
       setTarget(target)
     }

@@ -95,10 +95,6 @@ enum Libdispatch {
   @inlinable static var targetsKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_TARGETS) }
   @inlinable static var mainQueueKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_MAIN_QUEUE) }
 
-  /// The key under which a queue used as an executor records its wrapper
-  /// (unretained), for the job runner (`JobRunner`).
-  @inlinable static var executorKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_EXECUTOR) }
-
   /// The key that marks the queue sources register on (`Registration.queue`).
   static var registrationKey: UnsafeRawPointer { cgcd_key(CGCD_KEY_REGISTRATION) }
 
