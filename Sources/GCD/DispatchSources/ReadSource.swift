@@ -61,14 +61,12 @@ public final class ReadSource: Source, @unchecked Sendable {
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
     let (created, watch) = try Source.create(
       descriptor: fileDescriptor, .read, queue: queue, operation: "ReadSource(fileDescriptor: \(fileDescriptor))")
-    self.fileDescriptor = fileDescriptor
-    self.watch = watch
     super.init(created: created, queue: queue, watch: watch)
   }
 
   /// The source's watch in the descriptor fence (or always ready); nil only past the kernel's limit
   /// of epoll paths to one file, where libdispatch watches the descriptor.
-  let watch: DescriptorWatch?
+  var watch: DescriptorWatch? { descriptorWatch }
 
   /// An estimate of the bytes available to read (`data`); 0 at end of file.
   public var bytesAvailable: Int { Int(clamping: data) }
@@ -78,7 +76,7 @@ public final class ReadSource: Source, @unchecked Sendable {
   public override var data: UInt { watch?.estimate ?? super.data }
 
   /// The watched descriptor.
-  public let fileDescriptor: Int32
+  public var fileDescriptor: Int32 { fenceDescriptor }
 
   /// Reads up to `buffer.count` bytes from the descriptor into `buffer`: how many it read, 0 at
   /// the end of file, or nil when nothing is there now (`EAGAIN`: the descriptor is non-blocking).

@@ -448,6 +448,22 @@ public class Source: GCDObject, @unchecked Sendable {
     lifecycle.update { $0.cancel() }.perform(on: raw)
   }
 
+  /// A read or write source's watch in the descriptor fence: its state (a source that has one has
+  /// the start hook, and no other kind of state); nil past the kernel's limit of epoll paths to one
+  /// file, where libdispatch watches the descriptor. Kept in `stateWord` alone, so that a read
+  /// source carries no field of its own (an idle one is a scale row's target).
+  final var descriptorWatch: DescriptorWatch? {
+    guard hasStartHook else { return nil }
+    return unsafeDowncast(
+      stateWord.load(ordering: .acquiring).unsafelyUnwrapped.takeUnretainedValue(), to: DescriptorWatch.self)
+  }
+
+  /// A read or write source's descriptor: its watch's, or the C source's handle (a source that
+  /// libdispatch watches itself).
+  final var fenceDescriptor: Int32 {
+    descriptorWatch?.descriptor ?? Int32(truncatingIfNeeded: Int(bitPattern: Libdispatch.source_get_handle(raw)))
+  }
+
   /// Installs the cancel block that runs the package's cleanup, once (`cleansUp`): a `cancel()`
   /// racing another, or `deinit`, finds it installed.
   @usableFromInline

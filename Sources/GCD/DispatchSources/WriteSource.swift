@@ -24,11 +24,11 @@
 /// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
 public final class WriteSource: Source, @unchecked Sendable {
   /// The watched descriptor.
-  public let fileDescriptor: Int32
+  public var fileDescriptor: Int32 { fenceDescriptor }
 
   /// The source's watch in the descriptor fence (or always ready); nil only past the kernel's limit
   /// of epoll paths to one file, where libdispatch watches the descriptor.
-  let watch: DescriptorWatch?
+  var watch: DescriptorWatch? { descriptorWatch }
 
   /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source
   /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
@@ -67,8 +67,6 @@ public final class WriteSource: Source, @unchecked Sendable {
   public init(fileDescriptor: Int32, queue: Queue) throws(GCDError) {
     let (created, watch) = try Source.create(
       descriptor: fileDescriptor, .write, queue: queue, operation: "WriteSource(fileDescriptor: \(fileDescriptor))")
-    self.fileDescriptor = fileDescriptor
-    self.watch = watch
     super.init(created: created, queue: queue, watch: watch)
   }
 

@@ -45,6 +45,18 @@ final class DescriptorFence: Sendable {
   /// The fence, made on first use (its creation can fail: `EMFILE`).
   private static let made = Mutex<DescriptorFence?>(nil)
 
+  /// The fence's address once made (it is never freed: `made` holds it), for the watches, which
+  /// are made only after it (`instance`): a watch does not carry a word to name it.
+  private static let address = Atomic<UInt>(0)
+
+  /// The process's fence, made already (a watch exists only after `shared` returned it).
+  static var instance: DescriptorFence {
+    Unmanaged<DescriptorFence>.fromOpaque(
+      UnsafeRawPointer(bitPattern: address.load(ordering: .acquiring)).unsafelyUnwrapped
+    )
+    .takeUnretainedValue()
+  }
+
   /// The process's fence.
   ///
   /// - Throws: `GCDError` naming `operation` and `epoll_create1` when the process has no descriptor
@@ -63,6 +75,7 @@ final class DescriptorFence: Sendable {
           detail: "no thread for the descriptor sources' reader (one for the process)")
       }
       made = fence
+      address.store(UInt(bitPattern: Unmanaged.passUnretained(fence).toOpaque()), ordering: .releasing)
       return fence
     }
   }
@@ -71,15 +84,15 @@ final class DescriptorFence: Sendable {
   /// watches themselves: no array to allocate, and a watch leaves it in constant time, however many
   /// sources share the descriptor) and how many of them are armed, per direction.
   ///
-  /// 32 bytes (the small fields first, the counts 32 bits): the table holds one per descriptor
-  /// number up to the largest, so an idle read source pays it up to twice (the array's growth).
+  /// 24 bytes (the counts 32 bits, `oneShot` a bit of the kernel mask's word): the table holds one
+  /// per descriptor number up to the largest, so an idle read source pays it up to twice (the
+  /// array's growth).
   struct Entry {
     var generation: UInt32
-    /// The events the kernel reports, edge-triggered: the mask last given to `epoll_ctl`. A record
-    /// leaves it as it is, but of a one-shot registration (0 then, until it is modified again); a
-    /// direction no watch took twice in a row leaves it (`record`), and comes back with the next
-    /// re-arm of a watch of that direction.
-    var kernelMask: UInt32 = 0
+    /// `kernelMask`, and `oneShot` in its top bit (no event bit of epoll's that the mask holds:
+    /// `EPOLLIN`, `EPOLLRDHUP`, `EPOLLOUT`).
+    private var maskWord: UInt32 = Entry.oneShotBit
+    private static let oneShotBit: UInt32 = 1 << 31
     /// Not retained: a watch is in the list only between `register` and `unregister`, and both run
     /// while its source's state is held strongly (by the creating thread, then by the `Source`,
     /// whose `cancel()` or `deinit` installs the C source's cancel block before it lets go, then by
@@ -89,13 +102,29 @@ final class DescriptorFence: Sendable {
     /// The armed watches of each direction.
     var armedReaders: UInt32 = 0
     var armedWriters: UInt32 = 0
+
+    /// The events the kernel reports, edge-triggered: the mask last given to `epoll_ctl`. A record
+    /// leaves it as it is, but of a one-shot registration (0 then, until it is modified again); a
+    /// direction no watch took twice in a row leaves it (`record`), and comes back with the next
+    /// re-arm of a watch of that direction.
+    var kernelMask: UInt32 {
+      get { maskWord & ~Entry.oneShotBit }
+      set {
+        assert(newValue & Entry.oneShotBit == 0, "an epoll mask with the entry's one-shot bit")
+        maskWord = newValue | (maskWord & Entry.oneShotBit)
+      }
+    }
+
     /// The registration is one-shot (`EPOLLONESHOT`): a new one (a connection's first event may
     /// well be its last — a handler that answers and cancels — and the kernel had better not
     /// report the peer's close meanwhile), or the last re-arm had to ask the kernel (its handler
     /// did not say it emptied the descriptor), so the next will too, and no edge is reported
     /// while that handler runs (a listening socket's connections, say). A re-arm after a handler
     /// that emptied the descriptor makes it persistent, and the next such re-arm costs nothing.
-    var oneShot = true
+    var oneShot: Bool {
+      get { maskWord & Entry.oneShotBit != 0 }
+      set { maskWord = newValue ? maskWord | Entry.oneShotBit : maskWord & ~Entry.oneShotBit }
+    }
 
     init(generation: UInt32) { self.generation = generation }
 
@@ -396,7 +425,7 @@ final class DescriptorFence: Sendable {
           let hungUp = failed || events & system_epollReadHangUp != 0
           let mask = table.entries[descriptor]!.record(readable: readable, writable: writable, hungUp: hungUp) {
             watch in
-            Libdispatch.source_merge_data(watch.raw, UInt(watch.mergeValue))
+            Libdispatch.source_merge_data(watch.raw, watch.mergeValue)
             if watch.deliversOnce { finished.append(watch) }
           }
           for watch in finished where table.entries[descriptor]!.unregister(watch) {
@@ -538,24 +567,30 @@ final class DescriptorFence: Sendable {
 /// setting a handler re-arms it, so the handler then sees what is ready, as a libdispatch read or
 /// write source does. Without that, libdispatch drops a merge that finds no block, the one-shot
 /// registration stays off, and no later data wakes the source (`ReadSourceTests`,
-/// `WriteSourceTests`: `handlerSetAfterResume`). The two sides meet under `handling`'s lock:
+/// `WriteSourceTests`: `handlerSetAfterResume`). The two sides meet under the state's lock (`locked`):
 /// whichever of `fire` (no handler) and `setHandler` comes second re-arms.
 ///
 final class DescriptorWatch: SourceState, @unchecked Sendable {
-  // The stored properties are ordered so the small ones pack into one word (an idle read source's
-  // bytes are a scale row's target).
+  // The stored properties are ordered so that the object is 136 bytes (glibc's 144-byte chunk: an
+  // idle read source's bytes are a scale row's target): the words, the handling (17 bytes of
+  // handler), the small fields packed after it, the descriptor last.
 
   /// The next and previous watch of the same descriptor. Under the fence's table lock; neither is
   /// retained (`DescriptorFence.Entry.first` says why a listed watch is alive).
   unowned(unsafe) var next: DescriptorWatch?
   unowned(unsafe) var previous: DescriptorWatch?
 
-  /// Not retained: the fence, once made, is never freed (`DescriptorFence.made` holds it).
-  unowned(unsafe) let fence: DescriptorFence
-  let descriptor: Int32
-  /// What an event merges into the C source: 1 for a read or write source; a process source's
-  /// exit bits (`ProcEvents`, 32 bits).
-  let mergeValue: UInt32
+  /// What reads since the last event said (see `drainState`'s bits below).
+  private let drainState = Atomic<UInt64>(0)
+
+  /// The handler, and whether an event found none or the cancel path let it go (`Handling`). Read
+  /// and written only under `locked`, the state's one lock (`fire`, `setHandler`, `cleanup`:
+  /// none runs with it held).
+  @exclusivity(unchecked) private var handling = Handling()
+
+  /// What an event merges into the C source (`mergeValue`): the bit's number, or `noMerge` for 0.
+  private let mergeBit: UInt8
+  private static let noMerge: UInt8 = 0xFF
   /// A write source's watch (`EPOLLOUT`), rather than a read source's (`EPOLLIN`).
   let writable: Bool
   /// Waiting for the kernel (counted in its entry's mask). Under the fence's table lock.
@@ -578,6 +613,11 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   let closesDescriptor: Bool
   /// Set by `register` or `Source.create(descriptor:)` before the source exists; read-only after.
   var arming = Arming.byRegistration
+  let descriptor: Int32
+
+  /// What an event merges into the C source: 1 for a read or write source; a process source's
+  /// exit bit (`ProcEvents.exit`), or 0 when it does not watch the exit.
+  var mergeValue: UInt { mergeBit == DescriptorWatch.noMerge ? 0 : 1 << UInt(mergeBit) }
 
   /// What a read watch asks the kernel for (a hang-up of the peer's writing side reads as an end of
   /// file), and what a write watch asks for.
@@ -586,7 +626,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// This watch's events.
   var events: UInt32 { writable ? DescriptorWatch.writeEvents : DescriptorWatch.readEvents }
 
-  /// What the reads made through the source since its last event say, and an epoch the fence
+  // `drainState`: what the reads made through the source since its last event say, and an epoch the fence
   /// advances with each merge (`newEpoch`, under the table lock): bit 0, a read found nothing
   /// (`EAGAIN`); bit 1, a read returned fewer bytes than it asked for; bits 2
   /// and 3, whether such a short read empties this descriptor (`system_shortReadEmpties`: 0 not
@@ -594,8 +634,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// (`estimate`); the epoch above them. A read (`read(into:)`, any
   /// thread) loads the word before its call and sets its bit only if the word is unchanged after
   /// it (compare-and-exchange): a merge in between — an edge the read may not have seen — makes
-  /// the bit fail to stick, and the re-arm asks the kernel.
-  private let drainState = Atomic<UInt64>(0)
+  // the bit fail to stick, and the re-arm asks the kernel.
   private static let emptiedBit: UInt64 = 1
   private static let shortBit: UInt64 = 2
   private static let kindShift: UInt64 = 2
@@ -652,18 +691,17 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     }
   }
 
-  private let handling = Mutex(Handling())
-
   /// The state of the source whose C object is `raw` (a DATA_OR source); its cancel block, which
   /// takes the watch out of the fence, is installed by the source's cancel (`Source.cleansUp`).
   init(
     raw: OpaquePointer, queue: Queue, fence: DescriptorFence, descriptor: Int32, writable: Bool,
     mergeValue: UInt = 1, deliversOnce: Bool = false, closesDescriptor: Bool = false
   ) {
-    self.fence = fence
+    precondition(mergeValue & (mergeValue &- 1) == 0, "GCD: a watch merges one bit, or none")
+    _ = fence  // made: `DescriptorFence.instance` names it from now on
     self.descriptor = descriptor
     self.writable = writable
-    self.mergeValue = UInt32(mergeValue)
+    mergeBit = mergeValue == 0 ? DescriptorWatch.noMerge : UInt8(mergeValue.trailingZeroBitCount)
     self.deliversOnce = deliversOnce
     self.closesDescriptor = closesDescriptor
     super.init(raw: raw, queue: queue)
@@ -732,7 +770,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
 
   /// The C source's event block: the handler, then the re-arm; no handler: no re-arm, `starved`.
   private func fire() {
-    guard let handler = handling.withLock({ $0.event() }) else { return }
+    guard let handler = locked.withLock({ _ in handling.event() }) else { return }
     run(handler)
     if !deliversOnce { eventDone() }
   }
@@ -740,9 +778,9 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// Records `handler`; re-arms a watch whose event found none (one that delivers once gets its
   /// event merged again: what it reported holds for good).
   private func setHandler(_ handler: Handler) {
-    guard handling.withLock({ $0.set(handler) }) else { return }
+    guard locked.withLock({ _ in handling.set(handler) }) else { return }
     if deliversOnce {
-      if !Libdispatch.source_testcancel(raw) { Libdispatch.source_merge_data(raw, UInt(mergeValue)) }
+      if !Libdispatch.source_testcancel(raw) { Libdispatch.source_merge_data(raw, mergeValue) }
     } else {
       eventDone()
     }
@@ -781,8 +819,8 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// the lock: its captures' deinit may run any code).
   override func cleanup(first: Bool) {
     guard first else { return }
-    fence.unregister(self)
-    let handler = handling.withLock { $0.end() }
+    DescriptorFence.instance.unregister(self)
+    let handler = locked.withLock { _ in handling.end() }
     _ = handler
   }
 
@@ -795,7 +833,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     if arming == .alwaysReady {
       Libdispatch.source_merge_data(raw, 1)
     } else {
-      fence.rearm(self, drained: drained())
+      DescriptorFence.instance.rearm(self, drained: drained())
     }
   }
 
@@ -804,7 +842,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   override func startHook() {
     switch arming {
     case .byRegistration: break
-    case .atStart: fence.start(self)
+    case .atStart: DescriptorFence.instance.start(self)
     case .alwaysReady: Libdispatch.source_merge_data(raw, 1)
     }
   }

@@ -217,7 +217,7 @@ func firesOnceHandlerIsSet(
   }
   source.resume()
   makeReady()
-  guard waitUntil({ !watch.fence.isArmed(watch) }) else {
+  guard waitUntil({ !DescriptorFence.instance.isArmed(watch) }) else {
     Issue.record("the fence never merged an event into the source")
     return false
   }
