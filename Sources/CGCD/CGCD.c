@@ -287,3 +287,37 @@ int cgcd_queued_bytes(int descriptor, int output, int *bytes) {
   return ioctl(descriptor, output ? SIOCOUTQ : SIOCINQ, bytes);
 }
 
+
+// MARK: - A source handler block that holds one pointer (cgcd_source_set_context_handler)
+
+// The blocks ABI (clang's Block-ABI-Apple.txt, BlocksRuntime): a block is its isa, flags, a
+// reserved word, its invoke function and its descriptor, then what it captured. A stack block
+// without BLOCK_HAS_COPY_DISPOSE is copied to the heap byte for byte by _Block_copy, which gives
+// the copy BLOCK_NEEDS_FREE and a reference count, and frees it at the last release.
+extern void *_NSConcreteStackBlock[32];
+extern void cgcd_source_set_event_handler_raw(void *source, void *block) __asm__("dispatch_source_set_event_handler");
+
+struct cgcd_context_block_descriptor {
+  unsigned long reserved;
+  unsigned long size;
+};
+
+struct cgcd_context_block {
+  void *isa;
+  int flags;
+  int reserved;
+  void (*invoke)(void *block);
+  const struct cgcd_context_block_descriptor *descriptor;
+  void *context;
+};
+
+static const struct cgcd_context_block_descriptor cgcd_context_block_descriptor = {
+  0, sizeof(struct cgcd_context_block)};
+
+void cgcd_source_set_context_handler(void *source, void (*invoke)(void *block), void *context) {
+  struct cgcd_context_block block = {
+    _NSConcreteStackBlock, 0, 0, invoke, &cgcd_context_block_descriptor, context};
+  cgcd_source_set_event_handler_raw(source, &block);
+}
+
+void *cgcd_block_context(const void *block) { return ((const struct cgcd_context_block *)block)->context; }

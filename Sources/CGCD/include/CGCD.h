@@ -282,6 +282,17 @@ extern void cgcd_source_set_registration_handler(void *source, void *block)
     __asm__("dispatch_source_set_registration_handler");
 #endif
 
+/// Sets `source`'s event handler to a block that holds one pointer, `context`, and calls
+/// `invoke` with the block: `invoke` reads the pointer back with `cgcd_block_context`. The block is
+/// built by hand to the blocks ABI (a stack block with no copy or dispose helper, which
+/// `dispatch_source_set_event_handler` copies: 40 bytes, where a block made from a Swift closure
+/// that captures one object is 48, and glibc gives 48 bytes a 64-byte chunk). It does not retain
+/// `context`: the caller keeps it alive for as long as libdispatch may run the block.
+extern void cgcd_source_set_context_handler(void *source, void (*invoke)(void *block), void *context);
+
+/// The pointer a block made by `cgcd_source_set_context_handler` holds.
+extern void *cgcd_block_context(const void *block);
+
 /// `dispatch_async_and_wait_f`: exported by libdispatch, not declared in the
 /// headers Swift imports.
 extern void cgcd_async_and_wait_f(void *queue, void *_Nullable context, void (*work)(void *_Nullable))

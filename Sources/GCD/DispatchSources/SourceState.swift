@@ -449,7 +449,13 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
       defer { blockInstalled = true }
       return !blockInstalled
     }
-    if install { Libdispatch.source_set_event_handler(raw) { [self] in fire() } }
+    // The block holds this state unretained, as a `DescriptorWatch`'s does (its `init` says why
+    // that is enough: this source cleans up too, `Source.cleansUp`).
+    if install {
+      Libdispatch.source_set_context_handler(raw, Unmanaged.passUnretained(self).toOpaque()) { block in
+        Unmanaged<OwnedSourceState>.fromOpaque(Libdispatch.block_context(block)).takeUnretainedValue().fire()
+      }
+    }
   }
 
   /// The event block: the handler recorded now (none once cancelled).

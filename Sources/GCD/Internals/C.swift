@@ -239,6 +239,19 @@ enum Libdispatch {
       cgcd_source_set_event_handler(UnsafeMutableRawPointer(source), blockPointer(handler))
     }
   }
+  /// Sets an event handler block that holds `context` alone and calls `invoke` with itself;
+  /// `block_context` reads `context` back (`cgcd_source_set_context_handler`: 40 bytes, not the 48
+  /// of a block made from a closure). The block does not retain `context`.
+  static func source_set_context_handler(
+    _ source: OpaquePointer, _ context: UnsafeMutableRawPointer,
+    _ invoke: @convention(c) (UnsafeMutableRawPointer) -> Void
+  ) {
+    cgcd_source_set_context_handler(UnsafeMutableRawPointer(source), invoke, context)
+  }
+  /// The pointer a block of `source_set_context_handler` holds.
+  @inline(__always) static func block_context(_ block: UnsafeMutableRawPointer) -> UnsafeMutableRawPointer {
+    cgcd_block_context(block)
+  }
   static func source_set_registration_handler(_ source: OpaquePointer, _ handler: @escaping Block) {
     withExtendedLifetime(handler) {
       cgcd_source_set_registration_handler(UnsafeMutableRawPointer(source), blockPointer(handler))

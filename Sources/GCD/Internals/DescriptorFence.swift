@@ -705,8 +705,13 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
     self.deliversOnce = deliversOnce
     self.closesDescriptor = closesDescriptor
     super.init(raw: raw, queue: queue)
-    // The C source is inactive: set at once. The block captures this state alone.
-    Libdispatch.source_set_event_handler(raw) { [self] in fire() }
+    // The C source is inactive: set at once. The block holds this state unretained: the `Source`
+    // holds it until its `deinit`, which (as `cancel()`) installs the cancel block, which holds it
+    // until libdispatch has run it; no event block runs after that (`ReadSourceTests`:
+    // `endsWhileHandlerRuns`, under ASan in `make sanitize`).
+    Libdispatch.source_set_context_handler(raw, Unmanaged.passUnretained(self).toOpaque()) { block in
+      Unmanaged<DescriptorWatch>.fromOpaque(Libdispatch.block_context(block)).takeUnretainedValue().fire()
+    }
   }
 
   /// A merge: a new epoch, with no read recorded in it (under the fence's table lock). Acquiring and
