@@ -26,6 +26,13 @@ private func isOpen(_ descriptor: Int32, as object: String) -> Bool {
 /// Whether any open descriptor still refers to `object`.
 private func isHeld(_ object: String) -> Bool { openDescriptorTargets().values.contains(object) }
 
+/// The tests of this file that make pseudo-terminals run one at a time: the kernel gives a freed
+/// terminal's number to the next one, so `pseudoTerminalRoundTrip`'s check that no descriptor of
+/// this process holds its terminal's name saw `hungUpTerminalEndsWrites`' new terminal (one full
+/// run, under load). (A child process's terminals do not count: the check reads this process's
+/// descriptors.)
+private let pseudoTerminals = try! Semaphore(value: 1)
+
 /// `count` random bytes from /dev/urandom.
 private func randomBuffer(_ count: Int) -> DispatchBuffer {
   let memory = malloc(count)!
@@ -446,6 +453,8 @@ struct IOChannelTests {
     "a write to a pseudo-terminal's master whose slave closed ends with EIO once the terminal is full, and so does the next (libdispatch's waits for good)"
   )
   func hungUpTerminalEndsWrites() {
+    pseudoTerminals.wait()
+    defer { _ = pseudoTerminals.signal() }
     // The master's writes fill the terminal's buffers (about 14 KB), then find no room, and the
     // hang-up wakes the write registration again at once: the engine spun a core on it (622,190
     // failed writes in 76 s in the differential's pty sequence 0x23528482b85840f8). The slave
@@ -877,6 +886,8 @@ struct IOChannelTests {
     "a pseudo-terminal's two ends carry 256 KiB each way at once, intact, through one stream channel each: no C channel, no duplicate descriptor; the cleanups run once, the flags come back"
   )
   func pseudoTerminalRoundTrip() async throws {
+    try await pseudoTerminals.wait()
+    defer { _ = pseudoTerminals.signal() }
     let terminal = makePseudoTerminal()
     let flags = (fcntl(terminal.master, F_GETFL), fcntl(terminal.slave, F_GETFL))
     let payloads = (randomBuffer(256 << 10), randomBuffer(256 << 10))

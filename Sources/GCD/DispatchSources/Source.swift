@@ -36,22 +36,41 @@ public class Source: GCDObject, @unchecked Sendable {
 
   /// Started, suspended(n), cancelled: balanced in `deinit`. The hot word of the life cycle.
   @usableFromInline final let lifecycle: Atomic<Lifecycle>
-  /// The queue the source was created with; once `state` is made, it holds the current one.
-  final let createdQueue: Queue
   /// What the handler blocks share (`SourceState`), made on first use and held (+1) until
-  /// `deinit`. An unmanaged word rather than `AtomicLazyReference`, whose generic `load()` is not
-  /// specialized here and looked its metadata up on every call (callgrind: 300 instructions a timer).
-  final let stateWord: Atomic<Unmanaged<SourceState>?>
+  /// `deinit`; before it is made, the queue the source was created with (+1), tagged
+  /// (`Source.queueTag`); and in the low bits, the two flags below, which never change. One word,
+  /// so that a source is 40 bytes (glibc's 48-byte chunk, not 64: every source is a scale row's
+  /// object). An unmanaged word rather than `AtomicLazyReference`, whose generic `load()` is not
+  /// specialized here and looked its metadata up on every call (callgrind: 300 instructions a
+  /// timer).
+  ///
+  /// The queue's +1 goes when the state is made: the state (`LazySourceState`) holds the queue
+  /// for its whole life beside its current target, so a reader that took the queue from the word
+  /// before the state replaced it still has a live object (`queue`).
+  @usableFromInline final let word: Atomic<UInt>
+  @inlinable static var queueTag: UInt { 1 }
+  @inlinable static var startHookBit: UInt { 2 }
+  @inlinable static var cleansUpBit: UInt { 4 }
+  @inlinable static var flagBits: UInt { 7 }
+
   /// Whether the source has the package's start hook (a watcher's start, a watch's arming): its first
   /// start runs it, so it never takes `resume()`'s fast path.
-  @usableFromInline final let hasStartHook: Bool
+  @inlinable final var hasStartHook: Bool { word.load(ordering: .relaxed) & Source.startHookBit != 0 }
   /// Whether the state has the package's cleanup (a descriptor watch's, a watcher's stop): its
   /// cancel block is installed by the cancel itself (`cancel()`, `deinit`), right before
   /// `dispatch_source_cancel`, not at creation, so that a live source carries no cancel block
   /// (a block and its continuation, 144 bytes of an idle read source's; docs/performance.md).
   /// libdispatch drains a handler change pushed on the source before its cancel callout
   /// (`_dispatch_source_invoke2`), so the block installed then is the one that runs.
-  @usableFromInline final let cleansUp: Bool
+  @inlinable final var cleansUp: Bool { word.load(ordering: .relaxed) & Source.cleansUpBit != 0 }
+
+  /// The state, if it is made.
+  final var madeState: SourceState? {
+    let value = word.load(ordering: .acquiring)
+    guard value & Source.queueTag == 0 else { return nil }
+    return Unmanaged<SourceState>.fromOpaque(UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped)
+      .takeUnretainedValue()
+  }
 
   /// Creates a C source, inactive, whose handlers run on `queue`.
   ///
@@ -181,21 +200,23 @@ public class Source: GCDObject, @unchecked Sendable {
     watcher: (any KernelWatcher)? = nil, watch: DescriptorWatch? = nil
   ) {
     lifecycle = Atomic(.inactive)
-    createdQueue = queue
-    hasStartHook = watcher != nil || watch != nil
-    cleansUp = hasStartHook
+    let made: SourceState?
     if let watch {
-      stateWord = Atomic(Unmanaged.passRetained(watch))
-      super.init(raw: created)
+      made = watch
     } else if let watcher {
       // The package's own kinds: their state at once; their cleanup runs however the source
       // ends (the cancel block, installed by the cancel: `cleansUp`).
-      stateWord = Atomic(Unmanaged.passRetained(OwnedSourceState(raw: created, queue: queue, watcher: watcher)))
-      super.init(raw: created)
+      made = OwnedSourceState(raw: created, queue: queue, watcher: watcher)
     } else {
-      stateWord = Atomic(nil)
-      super.init(raw: created)
+      made = nil
     }
+    if let made {
+      word = Atomic(
+        UInt(bitPattern: Unmanaged.passRetained(made).toOpaque()) | Source.startHookBit | Source.cleansUpBit)
+    } else {
+      word = Atomic(UInt(bitPattern: Unmanaged.passRetained(queue).toOpaque()) | Source.queueTag)
+    }
+    super.init(raw: created)
   }
 
   /// Leaves the C source in a state libdispatch can release (cancelled,
@@ -207,7 +228,13 @@ public class Source: GCDObject, @unchecked Sendable {
     if !state.isCancelled { Libdispatch.source_cancel(raw) }
     state.drop().perform(on: raw)
     Libdispatch.release(raw)
-    stateWord.load(ordering: .acquiring)?.release()
+    let value = word.load(ordering: .acquiring)
+    let object = UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped
+    if value & Source.queueTag != 0 {
+      Unmanaged<Queue>.fromOpaque(object).release()
+    } else {
+      Unmanaged<SourceState>.fromOpaque(object).release()
+    }
   }
 
   // MARK: The event
@@ -369,19 +396,27 @@ public class Source: GCDObject, @unchecked Sendable {
   /// The word holds the state's +1 from here to `deinit`; a reader takes it unretained and so
   /// holds it strongly while it uses it, and no reader exists once `deinit` runs (the last
   /// reference is gone).
-  final var state: SourceState {
-    if let state = stateWord.load(ordering: .acquiring) { return state.takeUnretainedValue() }
-    return makeState()
-  }
+  final var state: SourceState { madeState ?? makeState() }
 
-  /// `state`'s first use: one compare-and-swap installs it.
+  /// `state`'s first use: one compare-and-swap installs it, and gives back the word's +1 on the
+  /// created queue (the state holds the queue itself).
   final func makeState() -> SourceState {
-    let made = Unmanaged.passRetained(SourceState(raw: raw, queue: createdQueue))
-    let (exchanged, current) = stateWord.compareExchange(
-      expected: nil, desired: made, ordering: .acquiringAndReleasing)
-    if exchanged { return made.takeUnretainedValue() }
-    made.release()
-    return current.unsafelyUnwrapped.takeUnretainedValue()
+    var value = word.load(ordering: .acquiring)
+    while value & Source.queueTag != 0 {
+      let queue = Unmanaged<Queue>.fromOpaque(UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped)
+      let made = Unmanaged<SourceState>.passRetained(LazySourceState(raw: raw, queue: queue.takeUnretainedValue()))
+      let desired = UInt(bitPattern: made.toOpaque()) | (value & (Source.flagBits & ~Source.queueTag))
+      let (exchanged, current) = word.compareExchange(
+        expected: value, desired: desired, ordering: .acquiringAndReleasing)
+      if exchanged {
+        queue.release()
+        return made.takeUnretainedValue()
+      }
+      made.release()
+      value = current
+    }
+    return Unmanaged<SourceState>.fromOpaque(UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped)
+      .takeUnretainedValue()
   }
 
   /// The package's start hook (a watcher's start), before the first activation; nothing for a
@@ -454,8 +489,7 @@ public class Source: GCDObject, @unchecked Sendable {
   /// source carries no field of its own (an idle one is a scale row's target).
   final var descriptorWatch: DescriptorWatch? {
     guard hasStartHook else { return nil }
-    return unsafeDowncast(
-      stateWord.load(ordering: .acquiring).unsafelyUnwrapped.takeUnretainedValue(), to: DescriptorWatch.self)
+    return unsafeDowncast(madeState.unsafelyUnwrapped, to: DescriptorWatch.self)
   }
 
   /// A read or write source's descriptor: its watch's, or the C source's handle (a source that
@@ -468,7 +502,7 @@ public class Source: GCDObject, @unchecked Sendable {
   /// racing another, or `deinit`, finds it installed.
   @usableFromInline
   final func installCleanup() {
-    stateWord.load(ordering: .acquiring).unsafelyUnwrapped.takeUnretainedValue().installCancelBlockOnce()
+    madeState.unsafelyUnwrapped.installCancelBlockOnce()
   }
 
   /// Whether `cancel()` has been called.
@@ -515,5 +549,10 @@ public class Source: GCDObject, @unchecked Sendable {
   }
 
   /// The queue the handlers run on.
-  public final var queue: Queue { stateWord.load(ordering: .acquiring)?.takeUnretainedValue().queue ?? createdQueue }
+  public final var queue: Queue {
+    let value = word.load(ordering: .acquiring)
+    let object = UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped
+    if value & Source.queueTag != 0 { return Unmanaged<Queue>.fromOpaque(object).takeUnretainedValue() }
+    return Unmanaged<SourceState>.fromOpaque(object).takeUnretainedValue().queue
+  }
 }
