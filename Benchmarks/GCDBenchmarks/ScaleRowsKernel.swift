@@ -67,8 +67,8 @@ func kernelScaleRows(_ library: CLibrary?) -> [ScaleRow] {
         dispatch: "n/a (no DispatchSource.makeFileSystemObjectSource on Linux: libdispatch has no vnode source)"),
       // Known to miss the 1.5x C target by design: C's watch is a 32-byte record (descriptor,
       // handler) in a table, all sharing one read source; each GCD watch is a dispatch source of
-      // its own, its inotify registration and an O_PATH descriptor. 742 bytes at 1,000 in the
-      // quick run (issue 40's 750 met), 16-18x C, whose 41-47 bytes move the ratio; the guard sits
+      // its own, its inotify registration and an O_PATH descriptor. 711 bytes at 1,000 in the
+      // quick run (issue 40's 750 met), 15-17x C, whose 41-47 bytes move the ratio; the guard sits
       // above it.
       quickMemoryLimit: 20),
     ScaleRow(
@@ -83,8 +83,8 @@ func kernelScaleRows(_ library: CLibrary?) -> [ScaleRow] {
         ScaleRunner(timed: gcdProcSources, memory: { count in gcdProcSourcesMemory(count, heap) }), nil),
       unavailable: reasons(
         c: missingC, dispatch: "n/a (no DispatchSource.makeProcessSource on Linux)"),
-      // A ProcSource is one dispatch source whose pidfd sits in the descriptor fence: 558-664
-      // bytes in the quick run (issue 40's 750 met), 0.99-1.15x C's pidfd and read source; the
+      // A ProcSource is one dispatch source whose pidfd sits in the descriptor fence: 547-603
+      // bytes in the quick run (issue 40's 750 met), 0.97-1.10x C's pidfd and read source; the
       // guard sits above it.
       quickMemoryLimit: 1.3),
     ScaleRow(
