@@ -38,7 +38,7 @@ public class Source: GCDObject, @unchecked Sendable {
   @usableFromInline final let lifecycle: Atomic<Lifecycle>
   /// What the handler blocks share (`SourceState`), made on first use and held (+1) until
   /// `deinit`; before it is made, the queue the source was created with (+1), tagged
-  /// (`Source.queueTag`); and in the low bits, the two flags below, which never change. One word,
+  /// (`Source.queueTag`); and in the low bits, `hasStartHook`, which never changes. One word,
   /// so that a source is 40 bytes (glibc's 48-byte chunk, not 64: every source is a scale row's
   /// object). An unmanaged word rather than `AtomicLazyReference`, whose generic `load()` is not
   /// specialized here and looked its metadata up on every call (callgrind: 300 instructions a
@@ -50,8 +50,7 @@ public class Source: GCDObject, @unchecked Sendable {
   @usableFromInline final let word: Atomic<UInt>
   @inlinable static var queueTag: UInt { 1 }
   @inlinable static var startHookBit: UInt { 2 }
-  @inlinable static var cleansUpBit: UInt { 4 }
-  @inlinable static var flagBits: UInt { 7 }
+  @inlinable static var flagBits: UInt { 3 }
 
   /// Whether the source has the package's start hook (a watcher's start, a watch's arming): its first
   /// start runs it, so it never takes `resume()`'s fast path.
@@ -61,8 +60,9 @@ public class Source: GCDObject, @unchecked Sendable {
   /// `dispatch_source_cancel`, not at creation, so that a live source carries no cancel block
   /// (a block and its continuation, 144 bytes of an idle read source's; docs/performance.md).
   /// libdispatch drains a handler change pushed on the source before its cancel callout
-  /// (`_dispatch_source_invoke2`), so the block installed then is the one that runs.
-  @inlinable final var cleansUp: Bool { word.load(ordering: .relaxed) & Source.cleansUpBit != 0 }
+  /// (`_dispatch_source_invoke2`), so the block installed then is the one that runs. The sources
+  /// with a start hook and those with a cleanup are the same (a watch's, a watcher's).
+  @inlinable final var cleansUp: Bool { hasStartHook }
 
   /// The state, if it is made.
   final var madeState: SourceState? {
@@ -212,7 +212,7 @@ public class Source: GCDObject, @unchecked Sendable {
     }
     if let made {
       word = Atomic(
-        UInt(bitPattern: Unmanaged.passRetained(made).toOpaque()) | Source.startHookBit | Source.cleansUpBit)
+        UInt(bitPattern: Unmanaged.passRetained(made).toOpaque()) | Source.startHookBit)
     } else {
       word = Atomic(UInt(bitPattern: Unmanaged.passRetained(queue).toOpaque()) | Source.queueTag)
     }
