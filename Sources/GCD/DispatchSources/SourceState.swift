@@ -54,6 +54,36 @@ class SourceState: @unchecked Sendable {
     case sequence
   }
 
+  /// The handler of a state that keeps it itself (nil until one is set), whether an event found
+  /// none (a `DescriptorWatch` is then disarmed until one is set), and whether the cancel path let
+  /// the handler go (a handler set later is dropped at once: no event runs any more, and it must
+  /// not keep the source). Its transitions are pure.
+  struct Handling {
+    var handler: EventHandler?
+    var starved = false
+    var ended = false
+
+    /// An event: the handler to run, or nil (`starved`).
+    mutating func event() -> EventHandler? {
+      if handler == nil { starved = true }
+      return handler
+    }
+
+    /// A handler is set: true when an event found none since the last.
+    mutating func set(_ new: EventHandler) -> Bool {
+      guard !ended else { return false }
+      handler = new
+      defer { starved = false }
+      return starved
+    }
+
+    /// The cancel path: the handler, taken out to be released outside the lock.
+    mutating func end() -> EventHandler? {
+      defer { (handler, ended) = (nil, true) }
+      return handler
+    }
+  }
+
   /// What a sequence's consumer waits on: the next element's data, or nil at the end.
   typealias Consumer = UnsafeContinuation<UInt?, Never>
 
@@ -423,13 +453,11 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
   /// Started at the source's first start, stopped once at cancellation, after the user's cancel
   /// handler.
   let watcher: any KernelWatcher
-  /// The user's handler, or the sequence's; nil until one is set and once the source is cancelled.
+  /// The user's handler, or the sequence's (`Handling`; an event that finds none does nothing).
   /// Read and written only under `locked`.
-  private var handler: EventHandler?
+  @exclusivity(unchecked) private var handling = Handling()
   /// The event block is installed (with the first handler). Only under `locked`.
   private var blockInstalled = false
-  /// The cancel block ran: a handler set later is dropped at once. Only under `locked`.
-  private var ended = false
 
   init(raw: OpaquePointer, queue: Queue, watcher: any KernelWatcher) {
     self.watcher = watcher
@@ -439,10 +467,7 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
   override func cleanup(first: Bool) {
     if first {
       // Let the handler go outside the lock: its captures' deinit may run any code.
-      let released = locked.withLock { _ in
-        defer { (handler, ended) = (nil, true) }
-        return handler
-      }
+      let released = locked.withLock { _ in handling.end() }
       _ = released
     } else {
       watcher.stop()
@@ -458,8 +483,8 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
   /// Records `handler`; the first installs the event block, which captures this state alone.
   private func setHandler(_ new: EventHandler) {
     let install = locked.withLock { _ in
-      if ended { return false }
-      handler = new
+      if handling.ended { return false }
+      _ = handling.set(new)
       defer { blockInstalled = true }
       return !blockInstalled
     }
@@ -474,7 +499,7 @@ final class OwnedSourceState: SourceState, @unchecked Sendable {
 
   /// The event block: the handler recorded now (none once cancelled).
   private func fire() {
-    guard let handler = locked.withLock({ _ in handler }) else { return }
+    guard let handler = locked.withLock({ _ in handling.event() }) else { return }
     run(handler)
   }
 }

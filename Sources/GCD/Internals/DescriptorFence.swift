@@ -661,35 +661,9 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// What an event runs (`SourceState.EventHandler`).
   typealias Handler = EventHandler
 
-  /// The handler (nil until one is set), whether an event found none (the watch is then disarmed
-  /// until one is set), and whether the cancel path let the handler go (a handler set later is
-  /// dropped at once: no event runs any more, and it must not keep the source). Its transitions
-  /// are pure, so the model test (`DescriptorFenceModelTests`) runs them with the fence's.
-  struct Handling {
-    var handler: Handler?
-    var starved = false
-    var ended = false
-
-    /// An event: the handler to run, or nil, and the watch stays disarmed (`starved`).
-    mutating func event() -> Handler? {
-      if handler == nil { starved = true }
-      return handler
-    }
-
-    /// A handler is set: true when the watch is to re-arm (an event found none).
-    mutating func set(_ new: Handler) -> Bool {
-      guard !ended else { return false }
-      handler = new
-      defer { starved = false }
-      return starved
-    }
-
-    /// The cancel path: the handler, taken out to be released outside the lock.
-    mutating func end() -> Handler? {
-      defer { (handler, ended) = (nil, true) }
-      return handler
-    }
-  }
+  /// The handler and what befell it (`SourceState.Handling`): the model test
+  /// (`DescriptorFenceModelTests`) runs its transitions with the fence's.
+  typealias Handling = SourceState.Handling
 
   /// The state of the source whose C object is `raw` (a DATA_OR source); its cancel block, which
   /// takes the watch out of the fence, is installed by the source's cancel (`Source.cleansUp`).
