@@ -64,11 +64,16 @@ public class Source: GCDObject, @unchecked Sendable {
   /// with a start hook and those with a cleanup are the same (a watch's, a watcher's).
   @inlinable final var cleansUp: Bool { hasStartHook }
 
+  /// The object `word`'s value names (the state, or the created queue), its flags masked off.
+  static func object(in value: UInt) -> UnsafeRawPointer {
+    UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped
+  }
+
   /// The state, if it is made.
   final var madeState: SourceState? {
     let value = word.load(ordering: .acquiring)
     guard value & Source.queueTag == 0 else { return nil }
-    return Unmanaged<SourceState>.fromOpaque(UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped)
+    return Unmanaged<SourceState>.fromOpaque(Source.object(in: value))
       .takeUnretainedValue()
   }
 
@@ -229,7 +234,7 @@ public class Source: GCDObject, @unchecked Sendable {
     state.drop().perform(on: raw)
     Libdispatch.release(raw)
     let value = word.load(ordering: .acquiring)
-    let object = UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped
+    let object = Source.object(in: value)
     if value & Source.queueTag != 0 {
       Unmanaged<Queue>.fromOpaque(object).release()
     } else {
@@ -403,7 +408,7 @@ public class Source: GCDObject, @unchecked Sendable {
   final func makeState() -> SourceState {
     var value = word.load(ordering: .acquiring)
     while value & Source.queueTag != 0 {
-      let queue = Unmanaged<Queue>.fromOpaque(UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped)
+      let queue = Unmanaged<Queue>.fromOpaque(Source.object(in: value))
       let made = Unmanaged<SourceState>.passRetained(LazySourceState(raw: raw, queue: queue.takeUnretainedValue()))
       let desired = UInt(bitPattern: made.toOpaque()) | (value & (Source.flagBits & ~Source.queueTag))
       let (exchanged, current) = word.compareExchange(
@@ -415,7 +420,7 @@ public class Source: GCDObject, @unchecked Sendable {
       made.release()
       value = current
     }
-    return Unmanaged<SourceState>.fromOpaque(UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped)
+    return Unmanaged<SourceState>.fromOpaque(Source.object(in: value))
       .takeUnretainedValue()
   }
 
@@ -551,7 +556,7 @@ public class Source: GCDObject, @unchecked Sendable {
   /// The queue the handlers run on.
   public final var queue: Queue {
     let value = word.load(ordering: .acquiring)
-    let object = UnsafeRawPointer(bitPattern: value & ~Source.flagBits).unsafelyUnwrapped
+    let object = Source.object(in: value)
     if value & Source.queueTag != 0 { return Unmanaged<Queue>.fromOpaque(object).takeUnretainedValue() }
     return Unmanaged<SourceState>.fromOpaque(object).takeUnretainedValue().queue
   }

@@ -205,8 +205,7 @@ extension SourceState {
   func beginSequence(_ source: Source) {
     let install = locked.withLock { locked in
       locked.madeRare().sequenceSource = source
-      defer { locked.cancelInstalled = true }
-      return !locked.cancelInstalled
+      return locked.claimCancelBlock()
     }
     setSequenceHandler()
     if install { installCancelBlock() }

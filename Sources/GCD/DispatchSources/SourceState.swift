@@ -145,6 +145,12 @@ class SourceState: @unchecked Sendable {
       return made
     }
 
+    /// Marks the cancel block installed: true for the one caller that is to install it.
+    mutating func claimCancelBlock() -> Bool {
+      defer { cancelInstalled = true }
+      return !cancelInstalled
+    }
+
     /// Takes the registration handler and hook out (each runs once).
     mutating func takeRegistration() -> (Source.CancelHandler, (@Sendable () -> Void)?) {
       guard let rare else { return (.none, nil) }
@@ -251,8 +257,7 @@ class SourceState: @unchecked Sendable {
   func setCancelHandler(_ handler: Source.CancelHandler) {
     let install = locked.withLock { locked in
       locked.cancel = handler
-      defer { locked.cancelInstalled = true }
-      return !locked.cancelInstalled
+      return locked.claimCancelBlock()
     }
     if install { installCancelBlock() }
   }
@@ -260,10 +265,7 @@ class SourceState: @unchecked Sendable {
   /// Installs the cancel block unless it is installed (the cancel of a source with the package's
   /// cleanup, `Source.cleansUp`).
   final func installCancelBlockOnce() {
-    let install = locked.withLock { locked in
-      defer { locked.cancelInstalled = true }
-      return !locked.cancelInstalled
-    }
+    let install = locked.withLock { $0.claimCancelBlock() }
     if install { installCancelBlock() }
   }
 
@@ -327,8 +329,7 @@ class SourceState: @unchecked Sendable {
   func setCancelHook(_ hook: @escaping @Sendable () -> Void) {
     let install = locked.withLock { locked in
       locked.madeRare().cancelHook = hook
-      defer { locked.cancelInstalled = true }
-      return !locked.cancelInstalled
+      return locked.claimCancelBlock()
     }
     if install { installCancelBlock() }
   }
@@ -371,8 +372,7 @@ class SourceState: @unchecked Sendable {
       locked.holdsSource = true
       Libdispatch.retain(raw)
       target.store(SourceState.targetWord(Registration.queue), ordering: .relaxed)
-      defer { locked.cancelInstalled = true }
-      return !locked.cancelInstalled
+      return locked.claimCancelBlock()
     }
     if install { installCancelBlock() }
   }
