@@ -82,7 +82,7 @@ private func blockOn(_ body: @escaping @Sendable () async -> Void) {
 }
 
 /// Times `body` (run as a task) over `count` operations.
-private func timed(_ count: Int, _ body: @escaping @Sendable () async -> Void) -> Sample {
+func timed(_ count: Int, _ body: @escaping @Sendable () async -> Void) -> Sample {
   let start = Mutex<Int64>(0)
   let end = Mutex<Int64>(0)
   blockOn {

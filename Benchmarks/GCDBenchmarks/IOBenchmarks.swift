@@ -1,5 +1,6 @@
 import Dispatch
 import GCD
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -39,6 +40,14 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
       count: 5_000, quickCount: 2,
       runners: [
         .c: c.runner("channel_read_ready"), .gcd: .run(gcdChannelReadReady), .dispatch: .run(dispatchChannelReadReady),
+      ]),
+    Benchmark(
+      name: "channel_upto_ready",
+      title:
+        "await read(upTo: 1) of a byte already in a stream channel's pipe: write(2), the read (C: write(2) and read(2); Dispatch: DispatchIO.read in a continuation)",
+      count: 20_000, quickCount: 2,
+      runners: [
+        .c: c.runner("pipe_read_ready"), .gcd: .run(gcdChannelUpToReady), .dispatch: .run(dispatchChannelUpToReady),
       ]),
     Benchmark(
       name: "io_read_loop", title: "copy 256 MiB through a pipe: write(2) thread + 64 KiB read(2) loop (reference)",
@@ -92,6 +101,48 @@ func gcdChannelReadReady(_ count: Int) -> Sample {
   channel.close()
   close(writeEnd)
   return Sample(start: start, end: end, count: count)
+}
+
+/// `count` awaited one-byte reads, each of a byte written into `writeEnd` before the read.
+private func timedReadyReads(_ count: Int, _ writeEnd: Int32, _ read: @escaping @Sendable () async -> Int) -> Sample {
+  let sample = timed(count) {
+    var byte: UInt8 = 1
+    for _ in 0..<count {
+      check(write(writeEnd, &byte, 1) == 1, "write")
+      check(await read() == 1, "a one-byte read")
+    }
+  }
+  close(writeEnd)
+  return sample
+}
+
+@inline(never)
+func gcdChannelUpToReady(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: Queue(label: "bench.io.upto")) { close($0) }
+  defer { channel.close() }
+  return timedReadyReads(count, writeEnd) { (try? await channel.read(upTo: 1))?.count ?? 0 }
+}
+
+/// The same with `DispatchIO`, as a user bridges it: a continuation resumed by the read's end.
+@inline(never)
+func dispatchChannelUpToReady(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = DispatchQueue(label: "bench.io.upto")
+  let channel = DispatchIO(type: .stream, fileDescriptor: readEnd, queue: queue) { _ in close(readEnd) }
+  defer { channel.close() }
+  return timedReadyReads(count, writeEnd) {
+    await withCheckedContinuation { continuation in
+      let total = Mutex(0)
+      channel.read(offset: 0, length: 1, queue: queue) { finished, data, _ in
+        let sum = total.withLock { total in
+          total += data?.count ?? 0
+          return total
+        }
+        if finished { continuation.resume(returning: sum) }
+      }
+    }
+  }
 }
 
 @inline(never)

@@ -328,6 +328,24 @@ EXPORT double bench_c_connection_cycle(int64_t n, double *extra) {
   return result;
 }
 
+// The floor under `channel_upto_ready`: a one-byte write(2) and the read(2) of that byte on a
+// non-blocking pipe, on one thread (what a hand-written engine that asks first pays).
+EXPORT double bench_c_pipe_read_ready(int64_t n, double *extra) {
+  (void)extra;
+  int fds[2];
+  check(pipe2(fds, O_NONBLOCK) == 0, "pipe2");
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    char byte = 1;
+    check(write(fds[1], &byte, 1) == 1, "write");
+    check(read(fds[0], &byte, 1) == 1, "read");
+  }
+  int64_t end = now_ns();
+  close(fds[0]);
+  close(fds[1]);
+  return per_op(start, end, n);
+}
+
 // A stream channel's one-byte read of a byte already in its pipe (`channel_read_ready`).
 EXPORT double bench_c_channel_read_ready(int64_t n, double *extra) {
   (void)extra;

@@ -427,6 +427,104 @@ struct IOChannelTests {
     #expect(try await channel.read(upTo: 0).isEmpty)
   }
 
+  @Test(
+    "read(upTo:) of bytes already in a pipe keeps the channel's order and marks: after a barrier, held back by a low-water mark, cut by a high-water mark"
+  )
+  func readUpToKeepsOrderAndMarks() async throws {
+    let (readEnd, writeEnd) = makePipe(nonBlockingRead: false)
+    defer { close(writeEnd) }
+    let cleanup = Cleanup()
+    let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: queue, cleanup: cleanup.handler)
+    write(writeEnd, [1, 2, 3])
+    // A barrier submitted first runs first: the read that could take the bytes at once waits.
+    let taken = Mutex<UInt8?>(nil)
+    channel.barrier {
+      var byte: UInt8 = 0
+      let got = Glibc.read(readEnd, &byte, 1)
+      taken.withLock { $0 = got == 1 ? byte : nil }
+    }
+    #expect(Array(try await channel.read(upTo: 10)) == [2, 3])
+    #expect(taken.withLock { $0 } == 1)
+    // A low-water mark of 4 holds two bytes back until two more come.
+    channel.setLimit(lowWater: 4)
+    write(writeEnd, [4, 5])
+    let returned = Event()
+    let reading = Task {
+      defer { returned.signal() }
+      return Array(try await channel.read(upTo: 10))
+    }
+    #expect(await Queue(label: "io.wait").run { !returned.wait(timeout: briefTimeout) })
+    write(writeEnd, [6, 7])
+    #expect(try await reading.value == [4, 5, 6, 7])
+    // A high-water mark of 2 cuts what a read returns; the rest comes next.
+    channel.setLimit(lowWater: 1, highWater: 2)
+    write(writeEnd, [8, 9, 10])
+    #expect(Array(try await channel.read(upTo: 10)) == [8, 9])
+    #expect(Array(try await channel.read(upTo: 10)) == [10])
+    channel.close()
+    #expect(await Queue(label: "io.wait").run { cleanup.ran.wait() })
+    #expect(cleanup.calls.current == 1)
+  }
+
+  @Test(
+    "read(upTo:) of a socket another thread writes in chunks of random sizes: every byte in order at random limits (reads on the caller's thread and waits mixed); a close(stop:) halfway ends them with ECANCELED"
+  )
+  func readUpToInOrderUnderLoad() async throws {
+    let seed = SeededRandom.runSeed
+    for round in 0..<3 {
+      let (mine, peer) = makeSocketPair(closeOnExec: true)
+      let cleanup = Cleanup()
+      let channel = IOChannel(fileDescriptor: mine, type: .stream, queue: queue, cleanup: cleanup.handler)
+      let total = 300_000
+      let written = Event()
+      Queue(label: "io-tests.writer").async {
+        defer { written.signal() }
+        var random = SeededRandom(seed: seed &+ UInt64(round))
+        var sent = 0
+        while sent < total {
+          let count = min(total - sent, Int(random.next() % 1500) + 1)
+          let chunk = (sent..<sent + count).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+          var offset = 0
+          while offset < count {
+            let wrote = chunk.withUnsafeBytes { Glibc.write(peer, $0.baseAddress! + offset, count - offset) }
+            if wrote > 0 {
+              offset += wrote
+            } else if wrote < 0 && errno == EAGAIN {
+              var ready = pollfd(fd: peer, events: Int16(POLLOUT), revents: 0)
+              _ = poll(&ready, 1, 1000)
+            } else {
+              return  // the reader is gone (the stopped round)
+            }
+          }
+          sent += count
+        }
+      }
+      var random = SeededRandom(seed: seed &+ 100 &+ UInt64(round))
+      var received = 0
+      let stopAt = round == 2 ? total / 2 : total
+      while received < stopAt {
+        let chunk = try await channel.read(upTo: Int(random.next() % 700) + 1)
+        try #require(!chunk.isEmpty, "seed \(seed), round \(round): end of file after \(received) bytes")
+        if let wrong = chunk.enumerated().first(where: { $1 != UInt8(truncatingIfNeeded: (received + $0) &* 7) }) {
+          Issue.record("seed \(seed), round \(round): byte \(received + wrong.offset) is \(wrong.element)")
+          return
+        }
+        received += chunk.count
+      }
+      if round == 2 {
+        channel.close(stop: true)
+        await #expect(throws: GCDError.self) {
+          while true { _ = try await channel.read(upTo: 100) }
+        }
+      }
+      channel.close()
+      #expect(await Queue(label: "io.wait").run { cleanup.ran.wait() })
+      // The channel closed its end: a writer still writing gets EPIPE.
+      #expect(await Queue(label: "io.wait").run { written.wait() })
+      close(peer)
+    }
+  }
+
   @Test("end of file on a socket: the peer's close gives done with no error, and read(upTo:) an empty buffer")
   func socketEndOfFile() async throws {
     let (client, server) = tcpPair()

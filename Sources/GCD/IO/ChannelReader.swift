@@ -12,13 +12,18 @@ import Synchronization
 final class ChannelReader: Sendable {
   /// The descriptor the channel was created over (for `IOChannel(channel:)`'s cleanup).
   let descriptor: Int32
-  let state = Mutex(ReadStateMachine())
+  let state: Mutex<ReadStateMachine>
   /// Where the reads' handlers run: serial, so that the deliveries of one
   /// read and the next read it starts (another operation, not ordered with
   /// the first on a concurrent queue) reach the state machine in order.
   let queue = Queue(label: "GCD.IOChannel.read(upTo:)")
 
-  init(descriptor: Int32) { self.descriptor = descriptor }
+  /// - Parameter stream: The channel runs on the package's stream engine: each C read ends at its
+  ///   first bytes (`StreamEngine.ReadOperation.untilFirst`), and a call may read on its own thread.
+  init(descriptor: Int32, stream: Bool) {
+    self.descriptor = descriptor
+    state = Mutex(ReadStateMachine(untilFirst: stream))
+  }
 }
 
 /// What a `read(upTo:)` gets: bytes (empty at end of file) or an errno value.
@@ -51,6 +56,13 @@ struct ReadStateMachine: ~Copyable {
   private var waiter: (continuation: Continuation, limit: Int)?
   /// The outcome for the waiter just woken, until it takes it.
   private var handoff: ReadOutcome?
+  /// Each C read ends at its first bytes (the stream engine's reads): one that ends short is not
+  /// the end of file; one that ends with none is.
+  private let untilFirst: Bool
+  /// A caller reads on its own thread now (`StreamEngine.readNow`).
+  private var readingInline = false
+
+  init(untilFirst: Bool) { self.untilFirst = untilFirst }
 
   /// What the caller of an event must do once the lock is released.
   enum Action {
@@ -67,12 +79,36 @@ struct ReadStateMachine: ~Copyable {
 
   /// A task asks for up to `limit` bytes.
   mutating func read(upTo limit: Int, _ continuation: Continuation) -> Action {
-    if waiter != nil || handoff != nil { return .busy(continuation) }
+    if waiter != nil || handoff != nil || readingInline { return .busy(continuation) }
     if !pending.isEmpty { return hand(.success(take(limit)), to: continuation) }
     if let ended { return hand(outcome(ended), to: continuation) }
     if limit == 0 { return hand(.success(DispatchBuffer()), to: continuation) }
     waiter = (continuation, limit)
     return outstanding ? .none : start(limit)
+  }
+
+  /// A task asks for up to `limit` bytes on a stream channel: true when it may read them on its
+  /// own thread, nothing being owed to or by this machine (no bytes kept, no read in flight, no
+  /// waiter, not ended); it then reports with `readInline(_:)`.
+  mutating func mayReadInline(_ limit: Int) -> Bool {
+    guard untilFirst, limit > 0, waiter == nil, handoff == nil, !readingInline, !outstanding, pending.isEmpty,
+      ended == nil
+    else { return false }
+    readingInline = true
+    return true
+  }
+
+  /// What the read on the caller's thread found: its outcome, or nil when the descriptor held
+  /// nothing (the caller then waits as usual).
+  mutating func readInline(_ found: StreamEngine.ReadNow?) -> ReadOutcome? {
+    readingInline = false
+    switch found {
+    case nil: return nil
+    case .bytes(let bytes): return .success(bytes)
+    case .ended(let error):
+      ended = error
+      return outcome(error)
+    }
   }
 
   /// The woken task takes its outcome.
@@ -102,7 +138,7 @@ struct ReadStateMachine: ~Copyable {
     offset += received
     if error != 0 {
       ended = error
-    } else if received < requested {
+    } else if untilFirst ? received == 0 : received < requested {
       ended = 0
     }
     if let (continuation, _) = waiter {

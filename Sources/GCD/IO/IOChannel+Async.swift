@@ -4,10 +4,16 @@ extension IOChannel {
   /// Reads up to `maximumLength` bytes: what has arrived, as soon as there
   /// is at least one byte; an empty buffer at end of file.
   ///
-  /// The package keeps one C read of `maximumLength` bytes in flight for the
-  /// channel and keeps the bytes it delivers beyond what this call returns
-  /// for the next call, so nothing read is lost. A random-access channel
-  /// reads on from where the previous call stopped. Do not mix this with
+  /// On a stream channel over a pipe, a socket or a character device, a call
+  /// that finds no read of the channel pending (none submitted before it, no
+  /// barrier, low-water mark 1) reads the descriptor on the calling thread and
+  /// returns what it holds, at most the high-water mark, without suspending;
+  /// only when it holds nothing does the call wait for it to become readable.
+  /// Otherwise the package keeps one C read of `maximumLength` bytes in flight
+  /// for the channel (on a stream channel, one that ends at its first bytes)
+  /// and keeps the bytes it delivers beyond what this call returns for the
+  /// next call, so nothing read is lost. A random-access channel reads on
+  /// from where the previous call stopped. Do not mix this with
   /// ``read(offset:length:queue:handler:)`` on the same stream channel.
   ///
   /// Cancelling the waiting task stops the channel's reads (the bytes in
@@ -34,6 +40,14 @@ extension IOChannel {
     let operation = "IOChannel.read(upTo: \(maximumLength))"
     guard maximumLength >= 0 else { throw GCDError(operation: operation, errno: Errno.invalidArgument) }
     let reader = self.reader
+    // A stream channel with no read owed (in flight, kept, waiting): read what the descriptor
+    // holds now on this thread, and wait only when it holds nothing (`StreamEngine.readNow`).
+    if let engine, !Task.isCancelled, reader.state.withLock({ $0.mayReadInline(maximumLength) }) {
+      let found = engine.readNow(upTo: maximumLength)
+      if let outcome = reader.state.withLock({ $0.readInline(found) }) {
+        return try Self.result(outcome, operation)
+      }
+    }
     var busy = false
     await withTaskCancellationHandler {
       await withCheckedContinuation { continuation in
@@ -50,7 +64,12 @@ extension IOChannel {
       throw GCDError(
         operation: operation, errno: Errno.busy, detail: "another read(upTo:) of this channel is waiting")
     }
-    switch reader.state.withLock({ $0.takeHandoff() }) {
+    return try Self.result(reader.state.withLock { $0.takeHandoff() }, operation)
+  }
+
+  /// The bytes of a `read(upTo:)`, or its error.
+  private static func result(_ outcome: ReadOutcome, _ operation: String) throws(GCDError) -> DispatchBuffer {
+    switch outcome {
     case .success(let bytes): return bytes
     case .failure(.cancelled):
       throw GCDError(operation: operation, errno: Errno.canceled, detail: "the task was cancelled")
@@ -92,9 +111,9 @@ extension IOChannel {
     case .wake(let continuation), .busy(let continuation): continuation.resume()
     case .stop: stopReads()
     case .read(let offset, let length):
-      // Through `read(offset:length:queue:handler:)`: a C channel's read, the stream engine's, or
-      // the unusable descriptor's error.
-      read(offset: offset, length: length, queue: reader.queue) { [weak self] done, data, error in
+      // Through `read(offset:length:queue:handler:)`: a C channel's read, the stream engine's (one
+      // that ends at its first bytes), or the unusable descriptor's error.
+      let handler: Handler = { [weak self] done, data, error in
         let (resume, next) = reader.state.withLock { $0.delivered(done: done, data: data, error: error) }
         if case .wake(let continuation) = resume { continuation.resume() }
         if case .read = next {
@@ -102,6 +121,11 @@ extension IOChannel {
           // channel is alive (a waiter holds it) unless it was dropped.
           if let self { self.perform(next, reader) } else { Self.failDropped(reader) }
         }
+      }
+      if let engine, length >= 0 {
+        engine.read(length: length, queue: reader.queue, untilFirst: true, handler: handler)
+      } else {
+        read(offset: offset, length: length, queue: reader.queue, handler: handler)
       }
     }
   }

@@ -104,9 +104,16 @@ final class StreamEngine: @unchecked Sendable {
     /// Takes what the descriptor holds now and ends, `EAGAIN` when it holds nothing more
     /// (`IOChannel.readAvailable`): it never waits for the read source.
     let nowOnly: Bool
-    init(length: Int, queue: Queue, nowOnly: Bool = false, handler: @escaping IOChannel.Handler) {
+    /// Ends as soon as it holds the low-water mark's bytes (`IOChannel.read(upTo:)`): no read stays
+    /// in flight between two calls, so the next call may read on its own thread (`readNow`).
+    let untilFirst: Bool
+    init(
+      length: Int, queue: Queue, nowOnly: Bool = false, untilFirst: Bool = false,
+      handler: @escaping IOChannel.Handler
+    ) {
       remaining = length
       self.nowOnly = nowOnly
+      self.untilFirst = untilFirst
       calls = HandlerCalls(queue: queue, handler: handler)
     }
   }
@@ -164,6 +171,27 @@ final class StreamEngine: @unchecked Sendable {
   private var finishing = false
   private var sourcesLeft = 0
 
+  /// The read direction's door (`readNow(upTo:)`): open while the engine has no read to run and
+  /// none can be owed to an earlier call, so a caller may read the descriptor on its own thread.
+  struct Door {
+    /// A caller may borrow the read direction now. Closed by every submission that touches the
+    /// reads (before it is sent to `queue`), opened by `run()` once the reads are idle.
+    var open = false
+    /// A caller is reading now: `run()` leaves the reads, barriers and the end alone until it has
+    /// returned.
+    var borrowed = false
+    /// `run()` found the door borrowed: the borrower runs the engine again when it returns.
+    var kick = false
+    /// The high-water mark in force (a borrowed read takes no more).
+    var highWater = Int.max
+    /// What a borrowed read found for the engine to take over: the end of the reads (0 at end of
+    /// file, otherwise the errno), and whether it found the descriptor empty.
+    var ended: Int32?
+    var emptied = false
+  }
+  /// Locked briefly by the submitting threads, the borrower and `run()`.
+  private let door = Mutex(Door())
+
   /// A stream engine over `descriptor` (a pipe, a socket, a character device), which stays
   /// non-blocking until the last channel over it has ended (`StreamDescriptor`).
   init(descriptor: Int32, closing: Bool, cleanupQueue: Queue, cleanup: @escaping @Sendable (Int32) -> Void) {
@@ -175,6 +203,7 @@ final class StreamEngine: @unchecked Sendable {
     self.record = record
     (readOnly, writeOnly) = (record.isReadOnly, record.isWriteOnly)
     wrongDirection()
+    if readEnded == nil { door.withLock { $0.open = true } }
   }
 
   /// A stream engine over `parent`'s descriptor, if `parent` is not closed: `parent`'s queue says,
@@ -213,8 +242,12 @@ final class StreamEngine: @unchecked Sendable {
 
   // MARK: Submissions (any thread)
 
-  func read(length: Int, queue: Queue, nowOnly: Bool = false, handler: @escaping IOChannel.Handler) {
-    let operation = ReadOperation(length: length, queue: queue, nowOnly: nowOnly, handler: handler)
+  func read(
+    length: Int, queue: Queue, nowOnly: Bool = false, untilFirst: Bool = false, handler: @escaping IOChannel.Handler
+  ) {
+    let operation = ReadOperation(
+      length: length, queue: queue, nowOnly: nowOnly, untilFirst: untilFirst, handler: handler)
+    closeDoor()
     self.queue.async { self.submit(.read(operation)) }
   }
 
@@ -224,10 +257,12 @@ final class StreamEngine: @unchecked Sendable {
   }
 
   func barrier(_ body: @escaping @Sendable () -> Void) {
+    closeDoor()
     queue.async { self.submit(.barrier(body)) }
   }
 
   func setLimit(lowWater: Int?, highWater: Int?) {
+    closeDoor()
     queue.async {
       if let lowWater {
         self.readLowWater = max(lowWater, 1)
@@ -243,6 +278,7 @@ final class StreamEngine: @unchecked Sendable {
 
   /// `close(stop:)`: no operation is accepted after it; with `stop` the submitted ones end now.
   func close(stop: Bool) {
+    closeDoor()
     queue.async {
       self.markClosed()
       if stop {
@@ -256,6 +292,7 @@ final class StreamEngine: @unchecked Sendable {
   /// The reads end now, with `ECANCELED`, and so does every later one; the writes go on (on a
   /// descriptor open for reading only, the channel is closed: it has nothing else to do).
   func stopReads() {
+    closeDoor()
     queue.async {
       self.readsStopped = true
       if self.readOnly { self.markClosed() }
@@ -281,10 +318,95 @@ final class StreamEngine: @unchecked Sendable {
   /// The wrapper is gone: the reads stop (none is left waiting for bytes that never come), the
   /// writes run to their end, then the engine finishes.
   func drop() {
+    closeDoor()
     queue.async {
       self.readsStopped = true
       self.markClosed()
       self.run()
+    }
+  }
+
+  // MARK: Reading on the caller's thread
+
+  /// What `readNow(upTo:)` found.
+  enum ReadNow {
+    /// Bytes, at least one.
+    case bytes(DispatchBuffer)
+    /// The end of the reads: 0 at end of file, otherwise the errno; every later read ends so too.
+    case ended(Int32)
+  }
+
+  /// A read of what the descriptor holds now, on the caller's thread, when the engine has no read
+  /// to run (`Door`): nil when the door is closed or the descriptor holds nothing now (then the
+  /// caller submits a read as usual). The engine's read order holds: a read submitted before this
+  /// call closed the door, and one submitted while it runs waits until it has returned.
+  func readNow(upTo limit: Int) -> ReadNow? {
+    let highWater: Int? = door.withLock { door in
+      guard door.open, !door.borrowed else { return nil }
+      door.borrowed = true
+      return door.highWater
+    }
+    guard let highWater else { return nil }
+    let count = min(limit, highWater, 1 << 20)
+    var found: ReadNow?
+    var emptied = false
+    if let memory = system_allocate(count) {
+      // Through the read source's watch, as the engine reads (`pumpReads`): the source is
+      // suspended (no read is running), and a read that empties the descriptor tells the watch.
+      let got =
+        readSource?.watch?.read(into: UnsafeMutableRawBufferPointer(start: memory, count: count))
+        ?? DescriptorWatch.read(descriptor, into: UnsafeMutableRawBufferPointer(start: memory, count: count))
+      let error = got < 0 ? system_errno : 0
+      if got > 0 {
+        let kept = got < count / 2 ? system_shrink(memory, to: got) : memory
+        found = .bytes(DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(start: kept, count: got), deallocator: .free))
+      } else {
+        system_deallocate(memory)
+        if got == 0 || error != Errno.wouldBlock { found = .ended(got == 0 ? 0 : error) } else { emptied = true }
+      }
+    }
+    let kick = door.withLock { door in
+      door.borrowed = false
+      if case .ended(let error) = found {
+        door.ended = error
+        door.open = false
+      }
+      if emptied { door.emptied = true }
+      defer { door.kick = false }
+      return door.kick
+    }
+    if kick { queue.async { self.run() } }
+    return found
+  }
+
+  /// A submission that touches the reads: no caller borrows them from now until `run()` has
+  /// placed it (one borrowing now is waited for).
+  private func closeDoor() {
+    door.withLock { $0.open = false }
+  }
+
+  /// On `queue`, first in `run()`: takes what a borrowed read found, and says whether one is
+  /// running now (then the borrower runs the engine again when it returns).
+  private func takeDoor() -> Bool {
+    let (borrowed, ended, emptied) = door.withLock { door in
+      if door.borrowed { door.kick = true }
+      defer { (door.ended, door.emptied) = (nil, false) }
+      return (door.borrowed, door.ended, door.emptied)
+    }
+    if let ended, readEnded == nil { readEnded = ended }
+    if emptied { readMayHaveMore = false }
+    return borrowed
+  }
+
+  /// On `queue`, last in `run()`: opens the door when no read is to run and none waits behind a
+  /// barrier, the reads go on, and each read delivers what it gets (low-water mark 1).
+  private func openDoorIfIdle() {
+    guard reads.isEmpty, later.isEmpty, !closed, !readsStopped, readEnded == nil, readLowWater <= 1, record != nil
+    else { return }
+    let highWater = highWater
+    door.withLock { door in
+      guard !door.borrowed else { return }
+      (door.open, door.highWater) = (true, highWater)
     }
   }
 
@@ -326,6 +448,12 @@ final class StreamEngine: @unchecked Sendable {
   /// Moves everything on: the reads, the writes, a barrier whose operations before it have ended
   /// (and what follows it up to the next barrier), the end.
   private func run(readable estimate: Int? = nil) {
+    // A caller reads on its own thread now: the reads, the barriers and the end wait for it.
+    if takeDoor() {
+      pumpWrites()
+      return
+    }
+    defer { openDoorIfIdle() }
     pumpReads(estimate: estimate)
     pumpWrites()
     while reads.isEmpty, writes.isEmpty, case .barrier(let body)? = later.first {
@@ -410,7 +538,7 @@ final class StreamEngine: @unchecked Sendable {
       operation.remaining -= got
       available = got < count ? -1 : queued - got
       readMayHaveMore = available.map { $0 > 0 } ?? false
-      if operation.remaining == 0 {
+      if operation.remaining == 0 || (operation.untilFirst && operation.pending.count >= operation.lowWater) {
         complete(operation, error: 0)
       } else if !operation.nowOnly {
         deliver(operation)
