@@ -50,6 +50,12 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
         .c: c.runner("pipe_read_ready"), .gcd: .run(gcdChannelUpToReady), .dispatch: .run(dispatchChannelUpToReady),
       ]),
     Benchmark(
+      name: "io_pipe_upto",
+      title:
+        "copy 256 MiB through a pipe: write(2) thread + await read(upTo: 65,536) loop (C: a 64 KiB read(2) loop; Dispatch: DispatchIO.read of 64 KiB in a continuation)",
+      unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
+      runners: [.c: c.runner("read_loop"), .gcd: .run(gcdPipeUpTo), .dispatch: .run(dispatchPipeUpTo)]),
+    Benchmark(
       name: "io_read_loop", title: "copy 256 MiB through a pipe: write(2) thread + 64 KiB read(2) loop (reference)",
       unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
       runners: [
@@ -135,6 +141,67 @@ func dispatchChannelUpToReady(_ count: Int) -> Sample {
     await withCheckedContinuation { continuation in
       let total = Mutex(0)
       channel.read(offset: 0, length: 1, queue: queue) { finished, data, _ in
+        let sum = total.withLock { total in
+          total += data?.count ?? 0
+          return total
+        }
+        if finished { continuation.resume(returning: sum) }
+      }
+    }
+  }
+}
+
+/// A queue's thread writes `count` MiB into `writeEnd` with write(2) (64 KiB at a time) and
+/// closes it; `read` is called until it returns 0 (the end), timed. ns per MiB.
+private func timedPipeReads(_ count: Int, _ writeEnd: Int32, _ read: @escaping @Sendable () async -> Int) -> Sample {
+  let writing = Queue(label: "bench.io.writer")
+  let received = Mutex(0)
+  let sample = timed(count) {
+    writing.async {
+      let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 16, alignment: 16)
+      chunk.initializeMemory(as: UInt8.self, repeating: 0x78)
+      for _ in 0..<(count * 16) {
+        var offset = 0
+        while offset < chunk.count {
+          let wrote = write(writeEnd, chunk.baseAddress! + offset, chunk.count - offset)
+          check(wrote > 0, "write")
+          offset += wrote
+        }
+      }
+      close(writeEnd)
+      chunk.deallocate()
+    }
+    var total = 0
+    while true {
+      let got = await read()
+      if got == 0 { break }
+      total += got
+    }
+    received.withLock { $0 = total }
+  }
+  check(received.withLock { $0 } == count * mebibyte, "pipe reads: bytes received")
+  return sample
+}
+
+@inline(never)
+func gcdPipeUpTo(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: Queue(label: "bench.io.upto")) { close($0) }
+  defer { channel.close() }
+  return timedPipeReads(count, writeEnd) { (try? await channel.read(upTo: 1 << 16))?.count ?? 0 }
+}
+
+@inline(never)
+func dispatchPipeUpTo(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = DispatchQueue(label: "bench.io.upto")
+  let channel = DispatchIO(type: .stream, fileDescriptor: readEnd, queue: queue) { _ in close(readEnd) }
+  channel.setLimit(lowWater: 1)
+  defer { channel.close() }
+  return timedPipeReads(count, writeEnd) {
+    await withCheckedContinuation { continuation in
+      let total = Mutex(0)
+      channel.read(offset: 0, length: 1 << 16, queue: queue) { finished, data, _ in
         let sum = total.withLock { total in
           total += data?.count ?? 0
           return total
