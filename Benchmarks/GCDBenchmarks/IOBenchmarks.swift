@@ -50,6 +50,14 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
         .c: c.runner("pipe_read_ready"), .gcd: .run(gcdChannelUpToReady), .dispatch: .run(dispatchChannelUpToReady),
       ]),
     Benchmark(
+      name: "channel_write_ready",
+      title:
+        "await write(_:) of one byte into a stream channel's empty pipe, then read(2) of it (C: write(2) and read(2); Dispatch: DispatchIO.write in a continuation)",
+      count: 20_000, quickCount: 2,
+      runners: [
+        .c: c.runner("pipe_read_ready"), .gcd: .run(gcdChannelWriteReady), .dispatch: .run(dispatchChannelWriteReady),
+      ]),
+    Benchmark(
       name: "io_pipe_upto",
       title:
         "copy 256 MiB through a pipe: write(2) thread + await read(upTo: 65,536) loop (C: a 64 KiB read(2) loop; Dispatch: DispatchIO.read of 64 KiB in a continuation)",
@@ -146,6 +154,44 @@ func dispatchChannelUpToReady(_ count: Int) -> Sample {
           return total
         }
         if finished { continuation.resume(returning: sum) }
+      }
+    }
+  }
+}
+
+/// `count` awaited one-byte writes into a pipe, each read back with read(2) after it returned.
+private func timedWrites(_ count: Int, _ readEnd: Int32, _ write: @escaping @Sendable () async -> Bool) -> Sample {
+  let sample = timed(count) {
+    var byte: UInt8 = 0
+    for _ in 0..<count {
+      check(await write(), "a one-byte write")
+      check(read(readEnd, &byte, 1) == 1, "read")
+    }
+  }
+  close(readEnd)
+  return sample
+}
+
+@inline(never)
+func gcdChannelWriteReady(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let channel = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: Queue(label: "bench.io.write")) { close($0) }
+  defer { channel.close() }
+  let byte = DispatchBuffer([1])
+  return timedWrites(count, readEnd) { (try? await channel.write(byte)) != nil }
+}
+
+@inline(never)
+func dispatchChannelWriteReady(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = DispatchQueue(label: "bench.io.write")
+  let channel = DispatchIO(type: .stream, fileDescriptor: writeEnd, queue: queue) { _ in close(writeEnd) }
+  defer { channel.close() }
+  return timedWrites(count, readEnd) {
+    await withCheckedContinuation { continuation in
+      let byte = [UInt8(1)].withUnsafeBytes { DispatchData(bytes: $0) }
+      channel.write(offset: 0, data: byte, queue: queue) { finished, _, error in
+        if finished { continuation.resume(returning: error == 0) }
       }
     }
   }

@@ -138,6 +138,11 @@ extension IOChannel {
 
   /// Writes `data` and returns once all of it is written.
   ///
+  /// On a stream channel over a pipe, a socket or a character device, a call
+  /// that finds no write of the channel pending (none submitted before it, no
+  /// barrier) writes on the calling thread, and suspends only for the bytes
+  /// the descriptor has no room for, which are written before any later write.
+  ///
   /// Cancelling the waiting task stops the channel's writes and throws
   /// `GCDError` with `ECANCELED`. The reads go on: a descriptor open for
   /// reading and writing (a socket) writes through a C channel of its own.
@@ -148,11 +153,28 @@ extension IOChannel {
   ///
   /// The corresponding C function is `dispatch_io_write`.
   public func write(_ data: DispatchBuffer) async throws(GCDError) {
+    // A stream channel with no write pending: write on this thread, and wait only for the rest
+    // that finds no room (`StreamEngine.writeNow`).
+    var rest: DispatchBuffer?
+    if let engine, !Task.isCancelled {
+      switch engine.writeNow(data) {
+      case .closed: break
+      case .written(let error):
+        if error == 0 { return }
+        throw GCDError(operation: "IOChannel.write(\(data.count) bytes)", errno: error)
+      case .rest(let unwritten): rest = unwritten
+      }
+    }
     let cancelled = Atomic(false)
     let error: Int32 = await withTaskCancellationHandler {
       await withCheckedContinuation { continuation in
-        write(data: data, queue: .global()) { done, _, error in
+        let handler: Handler = { done, _, error in
           if done { continuation.resume(returning: error) }
+        }
+        if let rest, let engine {
+          engine.handOver(rest, queue: .global(), handler: handler)
+        } else {
+          write(data: data, queue: .global(), handler: handler)
         }
       }
     } onCancel: {

@@ -171,16 +171,23 @@ final class StreamEngine: @unchecked Sendable {
   private var finishing = false
   private var sourcesLeft = 0
 
-  /// The read direction's door (`readNow(upTo:)`): open while the engine has no read to run and
-  /// none can be owed to an earlier call, so a caller may read the descriptor on its own thread.
+  /// The doors of the two directions (`readNow(upTo:)`, `writeNow(_:)`): a door is open while the
+  /// engine has no operation of its direction to run and none can be owed to an earlier call, so
+  /// a caller may use the descriptor in that direction on its own thread.
   struct Door {
-    /// A caller may borrow the read direction now. Closed by every submission that touches the
-    /// reads (before it is sent to `queue`), opened by `run()` once the reads are idle.
-    var open = false
-    /// A caller is reading now: `run()` leaves the reads, barriers and the end alone until it has
-    /// returned.
-    var borrowed = false
-    /// `run()` found the door borrowed: the borrower runs the engine again when it returns.
+    /// A caller may borrow the reads now. Closed by every submission that touches the reads
+    /// (before it is sent to `queue`), opened by `run()` once the reads are idle.
+    var readOpen = false
+    /// A caller is reading now: `run()` leaves the reads, the barriers and the end alone until it
+    /// has returned.
+    var readBorrowed = false
+    /// The same for the writes.
+    var writeOpen = false
+    var writeBorrowed = false
+    /// Submissions sent to `queue` that have not run yet, per direction: the door stays closed.
+    var readsOnTheWay = 0
+    var writesOnTheWay = 0
+    /// `run()` found a door borrowed: the borrower runs the engine again when it returns.
     var kick = false
     /// The high-water mark in force (a borrowed read takes no more).
     var highWater = Int.max
@@ -188,6 +195,9 @@ final class StreamEngine: @unchecked Sendable {
     /// file, otherwise the errno), and whether it found the descriptor empty.
     var ended: Int32?
     var emptied = false
+    /// The unwritten rest of a borrowed write that found no room: the engine runs it before every
+    /// write submitted while the door was borrowed (`handOver`).
+    var writeRest: WriteOperation?
   }
   /// Locked briefly by the submitting threads, the borrower and `run()`.
   private let door = Mutex(Door())
@@ -203,7 +213,10 @@ final class StreamEngine: @unchecked Sendable {
     self.record = record
     (readOnly, writeOnly) = (record.isReadOnly, record.isWriteOnly)
     wrongDirection()
-    if readEnded == nil { door.withLock { $0.open = true } }
+    door.withLock { door in
+      door.readOpen = readEnded == nil
+      door.writeOpen = writeFailure == 0
+    }
   }
 
   /// A stream engine over `parent`'s descriptor, if `parent` is not closed: `parent`'s queue says,
@@ -247,28 +260,26 @@ final class StreamEngine: @unchecked Sendable {
   ) {
     let operation = ReadOperation(
       length: length, queue: queue, nowOnly: nowOnly, untilFirst: untilFirst, handler: handler)
-    closeDoor()
-    self.queue.async { self.submit(.read(operation)) }
+    submitting(writes: false) { self.submit(.read(operation)) }
   }
 
   func write(data: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
     let operation = WriteOperation(data: data, queue: queue, handler: handler)
-    self.queue.async { self.submit(.write(operation)) }
+    submitting(reads: false) { self.submit(.write(operation)) }
   }
 
   func barrier(_ body: @escaping @Sendable () -> Void) {
-    closeDoor()
-    queue.async { self.submit(.barrier(body)) }
+    submitting { self.submit(.barrier(body)) }
   }
 
   func setLimit(lowWater: Int?, highWater: Int?) {
-    closeDoor()
-    queue.async {
+    submitting {
       if let lowWater {
         self.readLowWater = max(lowWater, 1)
         self.writeLowWater = max(lowWater, 1)
       }
       if let highWater { self.highWater = max(highWater, 1) }
+      self.run()
     }
   }
 
@@ -278,8 +289,7 @@ final class StreamEngine: @unchecked Sendable {
 
   /// `close(stop:)`: no operation is accepted after it; with `stop` the submitted ones end now.
   func close(stop: Bool) {
-    closeDoor()
-    queue.async {
+    submitting {
       self.markClosed()
       if stop {
         self.readsStopped = true
@@ -292,8 +302,7 @@ final class StreamEngine: @unchecked Sendable {
   /// The reads end now, with `ECANCELED`, and so does every later one; the writes go on (on a
   /// descriptor open for reading only, the channel is closed: it has nothing else to do).
   func stopReads() {
-    closeDoor()
-    queue.async {
+    submitting {
       self.readsStopped = true
       if self.readOnly { self.markClosed() }
       self.run()
@@ -303,7 +312,7 @@ final class StreamEngine: @unchecked Sendable {
   /// The writes end now, with `ECANCELED`, and so does every later one; the reads go on (on a
   /// descriptor open for writing only, the channel is closed).
   func stopWrites() {
-    queue.async {
+    submitting {
       self.writesStopped = true
       if self.writeOnly { self.markClosed() }
       self.run()
@@ -318,8 +327,7 @@ final class StreamEngine: @unchecked Sendable {
   /// The wrapper is gone: the reads stop (none is left waiting for bytes that never come), the
   /// writes run to their end, then the engine finishes.
   func drop() {
-    closeDoor()
-    queue.async {
+    submitting {
       self.readsStopped = true
       self.markClosed()
       self.run()
@@ -342,8 +350,8 @@ final class StreamEngine: @unchecked Sendable {
   /// call closed the door, and one submitted while it runs waits until it has returned.
   func readNow(upTo limit: Int) -> ReadNow? {
     let highWater: Int? = door.withLock { door in
-      guard door.open, !door.borrowed else { return nil }
-      door.borrowed = true
+      guard door.readOpen, !door.readBorrowed else { return nil }
+      door.readBorrowed = true
       return door.highWater
     }
     guard let highWater else { return nil }
@@ -366,10 +374,10 @@ final class StreamEngine: @unchecked Sendable {
       }
     }
     let kick = door.withLock { door in
-      door.borrowed = false
+      door.readBorrowed = false
       if case .ended(let error) = found {
         door.ended = error
-        door.open = false
+        door.readOpen = false
       }
       if emptied { door.emptied = true }
       defer { door.kick = false }
@@ -379,34 +387,115 @@ final class StreamEngine: @unchecked Sendable {
     return found
   }
 
-  /// A submission that touches the reads: no caller borrows them from now until `run()` has
-  /// placed it (one borrowing now is waited for).
-  private func closeDoor() {
-    door.withLock { $0.open = false }
+  /// What `writeNow(_:)` did.
+  enum WriteNow {
+    /// Nothing: the door was closed (submit the write as usual).
+    case closed
+    /// The write ended on the caller's thread: 0 when every byte was written, otherwise the errno.
+    case written(Int32)
+    /// The descriptor took only part: the rest, still ahead of every later write. The caller
+    /// holds the door and hands the rest over at once (`handOver`).
+    case rest(DispatchBuffer)
   }
 
-  /// On `queue`, first in `run()`: takes what a borrowed read found, and says whether one is
-  /// running now (then the borrower runs the engine again when it returns).
-  private func takeDoor() -> Bool {
-    let (borrowed, ended, emptied) = door.withLock { door in
-      if door.borrowed { door.kick = true }
-      defer { (door.ended, door.emptied) = (nil, false) }
-      return (door.borrowed, door.ended, door.emptied)
+  /// A write of `data` on the caller's thread when the engine has no write to run (`Door`), as
+  /// the engine's own writes: `write(2)` of each region until all is written, the descriptor has
+  /// no room (`EAGAIN`: the rest is handed over) or an error.
+  func writeNow(_ data: DispatchBuffer) -> WriteNow {
+    let borrowed = door.withLock { door in
+      guard door.writeOpen, !door.writeBorrowed else { return false }
+      door.writeBorrowed = true
+      return true
+    }
+    guard borrowed else { return .closed }
+    var written = 0
+    var error: Int32 = 0
+    data.enumerateRegions { bytes, _ in
+      var offset = 0
+      while offset < bytes.count {
+        let got = system_write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+        if got > 0 {
+          offset += got
+          written += got
+        } else if got < 0 && system_errno == Errno.interrupted {
+          continue
+        } else {
+          error = got < 0 ? system_errno : Errno.inputOutput
+          return false
+        }
+      }
+      return true
+    }
+    if error == Errno.wouldBlock { return .rest(data.extracting(written..<data.count)) }
+    releaseWriteDoor(rest: nil)
+    return .written(error)
+  }
+
+  /// The rest of a borrowed write (`writeNow`'s `.rest`) becomes the engine's first write; its
+  /// handler calls come as a submitted write's.
+  func handOver(_ rest: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
+    releaseWriteDoor(rest: WriteOperation(data: rest, queue: queue, handler: handler))
+  }
+
+  private func releaseWriteDoor(rest: WriteOperation?) {
+    let kick = door.withLock { door in
+      door.writeBorrowed = false
+      door.writeRest = rest
+      if rest != nil { door.writeOpen = false }
+      defer { door.kick = false }
+      return door.kick || rest != nil
+    }
+    if kick { queue.async { self.run() } }
+  }
+
+  /// Sends `body` to `queue` as a submission that touches the reads, the writes or both: their
+  /// doors stay closed from now until it has run (then `run()` opens them when it may), so no
+  /// caller borrows a direction ahead of an operation submitted before it.
+  private func submitting(reads: Bool = true, writes: Bool = true, _ body: @escaping @Sendable () -> Void) {
+    door.withLock { door in
+      if reads { (door.readOpen, door.readsOnTheWay) = (false, door.readsOnTheWay + 1) }
+      if writes { (door.writeOpen, door.writesOnTheWay) = (false, door.writesOnTheWay + 1) }
+    }
+    queue.async {
+      self.door.withLock { door in
+        if reads { door.readsOnTheWay -= 1 }
+        if writes { door.writesOnTheWay -= 1 }
+      }
+      body()
+    }
+  }
+
+  /// On `queue`, first in `run()`: takes what a borrowed read found and a borrowed write's rest,
+  /// and says which direction a caller borrows now (the borrower runs the engine again when it
+  /// returns).
+  private func takeDoor() -> (reads: Bool, writes: Bool) {
+    let (readBorrowed, writeBorrowed, ended, emptied, rest) = door.withLock { door in
+      if door.readBorrowed || door.writeBorrowed { door.kick = true }
+      defer { (door.ended, door.emptied, door.writeRest) = (nil, false, nil) }
+      return (door.readBorrowed, door.writeBorrowed, door.ended, door.emptied, door.writeRest)
     }
     if let ended, readEnded == nil { readEnded = ended }
     if emptied { readMayHaveMore = false }
-    return borrowed
+    if let rest {
+      rest.lowWater = writeLowWater
+      writes.insert(rest, at: 0)
+    }
+    return (readBorrowed, writeBorrowed)
   }
 
-  /// On `queue`, last in `run()`: opens the door when no read is to run and none waits behind a
-  /// barrier, the reads go on, and each read delivers what it gets (low-water mark 1).
-  private func openDoorIfIdle() {
-    guard reads.isEmpty, later.isEmpty, !closed, !readsStopped, readEnded == nil, readLowWater <= 1, record != nil
-    else { return }
+  /// On `queue`, last in `run()`: opens a direction's door when no operation of it is to run and
+  /// none waits behind a barrier, and it goes on (a read delivers what it gets: low-water mark 1).
+  private func openDoorsIfIdle() {
+    guard later.isEmpty, !closed, record != nil else { return }
+    let reading = reads.isEmpty && !readsStopped && readEnded == nil && readLowWater <= 1
+    let writing = writes.isEmpty && !writesStopped && writeFailure == 0
+    guard reading || writing else { return }
     let highWater = highWater
     door.withLock { door in
-      guard !door.borrowed else { return }
-      (door.open, door.highWater) = (true, highWater)
+      if reading && !door.readBorrowed && door.readsOnTheWay == 0 {
+        (door.readOpen, door.highWater) = (true, highWater)
+      }
+      if writing && !door.writeBorrowed && door.writeRest == nil && door.writesOnTheWay == 0 { door.writeOpen = true }
     }
   }
 
@@ -448,12 +537,15 @@ final class StreamEngine: @unchecked Sendable {
   /// Moves everything on: the reads, the writes, a barrier whose operations before it have ended
   /// (and what follows it up to the next barrier), the end.
   private func run(readable estimate: Int? = nil) {
-    // A caller reads on its own thread now: the reads, the barriers and the end wait for it.
-    if takeDoor() {
-      pumpWrites()
+    // A caller reads or writes on its own thread now: that direction, the barriers and the end
+    // wait for it.
+    let borrowed = takeDoor()
+    if borrowed.reads || borrowed.writes {
+      if !borrowed.reads { pumpReads(estimate: estimate) }
+      if !borrowed.writes { pumpWrites() }
       return
     }
-    defer { openDoorIfIdle() }
+    defer { openDoorsIfIdle() }
     pumpReads(estimate: estimate)
     pumpWrites()
     while reads.isEmpty, writes.isEmpty, case .barrier(let body)? = later.first {
