@@ -58,6 +58,12 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
         .c: c.runner("pipe_read_ready"), .gcd: .run(gcdChannelWriteReady), .dispatch: .run(dispatchChannelWriteReady),
       ]),
     Benchmark(
+      name: "channel_upto_wait",
+      title:
+        "await read(upTo: 1) that must wait: a byte to an echo thread's pipe, its echo read through a stream channel (C: a blocking read(2); Dispatch: DispatchIO.read in a continuation)",
+      count: 5_000, quickCount: 2,
+      runners: [.c: c.runner("pipe_echo"), .gcd: .run(gcdChannelUpToWait), .dispatch: .run(dispatchChannelUpToWait)]),
+    Benchmark(
       name: "io_pipe_upto",
       title:
         "copy 256 MiB through a pipe: write(2) thread + await read(upTo: 65,536) loop (C: a 64 KiB read(2) loop; Dispatch: DispatchIO.read of 64 KiB in a continuation)",
@@ -192,6 +198,68 @@ func dispatchChannelWriteReady(_ count: Int) -> Sample {
       let byte = [UInt8(1)].withUnsafeBytes { DispatchData(bytes: $0) }
       channel.write(offset: 0, data: byte, queue: queue) { finished, _, error in
         if finished { continuation.resume(returning: error == 0) }
+      }
+    }
+  }
+}
+
+/// `count` round trips through an echo thread: a byte written into one pipe with write(2), its
+/// echo from the other taken by `read` (which must wait: the echo comes from another thread).
+private func timedEchoes(_ count: Int, _ read: @escaping @Sendable (Int32) async -> Int) -> Sample {
+  let (toEcho, fromBench) = makeBenchPipe()
+  let (echoed, fromEcho) = makeBenchPipe()
+  Queue(label: "bench.io.echo").async {
+    var byte: UInt8 = 0
+    while Glibc.read(toEcho, &byte, 1) == 1 { check(write(fromEcho, &byte, 1) == 1, "echo") }
+    close(toEcho)
+    close(fromEcho)
+  }
+  let sample = timed(count) {
+    var byte: UInt8 = 1
+    for _ in 0..<count {
+      check(write(fromBench, &byte, 1) == 1, "write")
+      check(await read(echoed) == 1, "the echo")
+    }
+  }
+  close(fromBench)
+  return sample
+}
+
+@inline(never)
+func gcdChannelUpToWait(_ count: Int) -> Sample {
+  let channel = Mutex<IOChannel?>(nil)
+  return timedEchoes(count) { descriptor in
+    let reader = channel.withLock { current in
+      if let current { return current }
+      let made = IOChannel(fileDescriptor: descriptor, type: .stream, queue: Queue(label: "bench.io.wait")) {
+        close($0)
+      }
+      current = made
+      return made
+    }
+    return (try? await reader.read(upTo: 1))?.count ?? 0
+  }
+}
+
+@inline(never)
+func dispatchChannelUpToWait(_ count: Int) -> Sample {
+  let channel = Mutex<DispatchIO?>(nil)
+  let queue = DispatchQueue(label: "bench.io.wait")
+  return timedEchoes(count) { descriptor in
+    await withCheckedContinuation { continuation in
+      let reader = channel.withLock { current in
+        if let current { return current }
+        let made = DispatchIO(type: .stream, fileDescriptor: descriptor, queue: queue) { _ in close(descriptor) }
+        current = made
+        return made
+      }
+      let total = Mutex(0)
+      reader.read(offset: 0, length: 1, queue: queue) { finished, data, _ in
+        let sum = total.withLock { total in
+          total += data?.count ?? 0
+          return total
+        }
+        if finished { continuation.resume(returning: sum) }
       }
     }
   }

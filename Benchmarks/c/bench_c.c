@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,6 +344,39 @@ EXPORT double bench_c_pipe_read_ready(int64_t n, double *extra) {
   int64_t end = now_ns();
   close(fds[0]);
   close(fds[1]);
+  return per_op(start, end, n);
+}
+
+struct bench_echo { int from; int to; };
+
+static void *bench_echo_thread(void *argument) {
+  struct bench_echo *echo = argument;
+  char byte;
+  while (read(echo->from, &byte, 1) == 1) check(write(echo->to, &byte, 1) == 1, "echo");
+  return NULL;
+}
+
+// The floor under `channel_upto_wait`: a byte to an echo thread's pipe, its echo taken with a
+// blocking read(2).
+EXPORT double bench_c_pipe_echo(int64_t n, double *extra) {
+  (void)extra;
+  int toEcho[2], fromEcho[2];
+  check(pipe(toEcho) == 0 && pipe(fromEcho) == 0, "pipe");
+  struct bench_echo echo = {toEcho[0], fromEcho[1]};
+  pthread_t thread;
+  check(pthread_create(&thread, NULL, bench_echo_thread, &echo) == 0, "pthread_create");
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    char byte = 1;
+    check(write(toEcho[1], &byte, 1) == 1, "write");
+    check(read(fromEcho[0], &byte, 1) == 1, "read");
+  }
+  int64_t end = now_ns();
+  close(toEcho[1]);
+  pthread_join(thread, NULL);
+  close(toEcho[0]);
+  close(fromEcho[0]);
+  close(fromEcho[1]);
   return per_op(start, end, n);
 }
 
@@ -686,7 +720,6 @@ EXPORT double bench_c_after_cancel(int64_t n, double *extra) {
 
 // MARK: - I/O channels and dispatch data
 
-#include <pthread.h>
 
 #define BENCH_MIB (1 << 20)
 

@@ -54,17 +54,20 @@ final class StreamEngine: @unchecked Sendable {
   /// libdispatch's serial queue per operation (targeting the caller's) runs them.
   final class HandlerCalls: Sendable {
     typealias Call = (done: Bool, data: DispatchBuffer?, error: Int32)
-    let queue: Queue
+    /// Where the calls run; nil: on the engine's queue, as they are sent (a `read(upTo:)` read's,
+    /// whose handler only hands the bytes to the waiting task: no hop before the task's).
+    let queue: Queue?
     let handler: IOChannel.Handler
     /// The calls sent and not yet made, and whether a block on `queue` is making them.
     private let outbox = Mutex<(calls: [Call], draining: Bool)>(([], false))
 
-    init(queue: Queue, handler: @escaping IOChannel.Handler) {
+    init(queue: Queue?, handler: @escaping IOChannel.Handler) {
       self.queue = queue
       self.handler = handler
     }
 
     func send(done: Bool, data: DispatchBuffer?, error: Int32) {
+      guard let queue else { return handler(done, data, error) }
       let start = outbox.withLock { outbox in
         outbox.calls.append((done, data, error))
         defer { outbox.draining = true }
@@ -105,7 +108,8 @@ final class StreamEngine: @unchecked Sendable {
     /// (`IOChannel.readAvailable`): it never waits for the read source.
     let nowOnly: Bool
     /// Ends as soon as it holds the low-water mark's bytes (`IOChannel.read(upTo:)`): no read stays
-    /// in flight between two calls, so the next call may read on its own thread (`readNow`).
+    /// in flight between two calls, so the next call may read on its own thread (`readNow`). Its
+    /// handler calls run on the engine's queue (`HandlerCalls`).
     let untilFirst: Bool
     init(
       length: Int, queue: Queue, nowOnly: Bool = false, untilFirst: Bool = false,
@@ -114,7 +118,7 @@ final class StreamEngine: @unchecked Sendable {
       remaining = length
       self.nowOnly = nowOnly
       self.untilFirst = untilFirst
-      calls = HandlerCalls(queue: queue, handler: handler)
+      calls = HandlerCalls(queue: untilFirst ? nil : queue, handler: handler)
     }
   }
 
