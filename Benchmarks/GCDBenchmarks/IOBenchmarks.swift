@@ -123,6 +123,21 @@ func gcdChannelReadReady(_ count: Int) -> Sample {
   return Sample(start: start, end: end, count: count)
 }
 
+/// A `DispatchIO` read of `length` bytes awaited as a user bridges it: a continuation resumed by
+/// the read's end with the bytes it delivered.
+private func dispatchRead(_ channel: DispatchIO, length: Int, queue: DispatchQueue) async -> Int {
+  await withCheckedContinuation { continuation in
+    let total = Mutex(0)
+    channel.read(offset: 0, length: length, queue: queue) { finished, data, _ in
+      let sum = total.withLock { total in
+        total += data?.count ?? 0
+        return total
+      }
+      if finished { continuation.resume(returning: sum) }
+    }
+  }
+}
+
 /// `count` awaited one-byte reads, each of a byte written into `writeEnd` before the read.
 private func timedReadyReads(_ count: Int, _ writeEnd: Int32, _ read: @escaping @Sendable () async -> Int) -> Sample {
   let sample = timed(count) {
@@ -152,16 +167,7 @@ func dispatchChannelUpToReady(_ count: Int) -> Sample {
   let channel = DispatchIO(type: .stream, fileDescriptor: readEnd, queue: queue) { _ in close(readEnd) }
   defer { channel.close() }
   return timedReadyReads(count, writeEnd) {
-    await withCheckedContinuation { continuation in
-      let total = Mutex(0)
-      channel.read(offset: 0, length: 1, queue: queue) { finished, data, _ in
-        let sum = total.withLock { total in
-          total += data?.count ?? 0
-          return total
-        }
-        if finished { continuation.resume(returning: sum) }
-      }
-    }
+    await dispatchRead(channel, length: 1, queue: queue)
   }
 }
 
@@ -246,22 +252,13 @@ func dispatchChannelUpToWait(_ count: Int) -> Sample {
   let channel = Mutex<DispatchIO?>(nil)
   let queue = DispatchQueue(label: "bench.io.wait")
   return timedEchoes(count) { descriptor in
-    await withCheckedContinuation { continuation in
-      let reader = channel.withLock { current in
-        if let current { return current }
-        let made = DispatchIO(type: .stream, fileDescriptor: descriptor, queue: queue) { _ in close(descriptor) }
-        current = made
-        return made
-      }
-      let total = Mutex(0)
-      reader.read(offset: 0, length: 1, queue: queue) { finished, data, _ in
-        let sum = total.withLock { total in
-          total += data?.count ?? 0
-          return total
-        }
-        if finished { continuation.resume(returning: sum) }
-      }
+    let reader = channel.withLock { current in
+      if let current { return current }
+      let made = DispatchIO(type: .stream, fileDescriptor: descriptor, queue: queue) { _ in close(descriptor) }
+      current = made
+      return made
     }
+    return await dispatchRead(reader, length: 1, queue: queue)
   }
 }
 
@@ -313,16 +310,7 @@ func dispatchPipeUpTo(_ count: Int) -> Sample {
   channel.setLimit(lowWater: 1)
   defer { channel.close() }
   return timedPipeReads(count, writeEnd) {
-    await withCheckedContinuation { continuation in
-      let total = Mutex(0)
-      channel.read(offset: 0, length: 1 << 16, queue: queue) { finished, data, _ in
-        let sum = total.withLock { total in
-          total += data?.count ?? 0
-          return total
-        }
-        if finished { continuation.resume(returning: sum) }
-      }
-    }
+    await dispatchRead(channel, length: 1 << 16, queue: queue)
   }
 }
 
