@@ -209,57 +209,49 @@ func dispatchChannelWriteReady(_ count: Int) -> Sample {
   }
 }
 
-/// `count` round trips through an echo thread: a byte written into one pipe with write(2), its
-/// echo from the other taken by `read` (which must wait: the echo comes from another thread).
-private func timedEchoes(_ count: Int, _ read: @escaping @Sendable (Int32) async -> Int) -> Sample {
-  let (toEcho, fromBench) = makeBenchPipe()
+/// An echo thread's two pipes: what is written into `toEcho` comes back from `echoed` (made by
+/// a queue's thread, which ends when `toEcho` is closed).
+private func makeEcho() -> (toEcho: Int32, echoed: Int32) {
+  let (fromBench, toEcho) = makeBenchPipe()
   let (echoed, fromEcho) = makeBenchPipe()
   Queue(label: "bench.io.echo").async {
     var byte: UInt8 = 0
-    while Glibc.read(toEcho, &byte, 1) == 1 { check(write(fromEcho, &byte, 1) == 1, "echo") }
-    close(toEcho)
+    while Glibc.read(fromBench, &byte, 1) == 1 { check(write(fromEcho, &byte, 1) == 1, "echo") }
+    close(fromBench)
     close(fromEcho)
   }
+  return (toEcho, echoed)
+}
+
+/// `count` round trips through an echo thread: a byte written into `toEcho` with write(2), its
+/// echo taken by `read` (which must wait: the echo comes from another thread). Closes `toEcho`.
+private func timedEchoes(_ count: Int, _ toEcho: Int32, _ read: @escaping @Sendable () async -> Int) -> Sample {
   let sample = timed(count) {
     var byte: UInt8 = 1
     for _ in 0..<count {
-      check(write(fromBench, &byte, 1) == 1, "write")
-      check(await read(echoed) == 1, "the echo")
+      check(write(toEcho, &byte, 1) == 1, "write")
+      check(await read() == 1, "the echo")
     }
   }
-  close(fromBench)
+  close(toEcho)
   return sample
 }
 
 @inline(never)
 func gcdChannelUpToWait(_ count: Int) -> Sample {
-  let channel = Mutex<IOChannel?>(nil)
-  return timedEchoes(count) { descriptor in
-    let reader = channel.withLock { current in
-      if let current { return current }
-      let made = IOChannel(fileDescriptor: descriptor, type: .stream, queue: Queue(label: "bench.io.wait")) {
-        close($0)
-      }
-      current = made
-      return made
-    }
-    return (try? await reader.read(upTo: 1))?.count ?? 0
-  }
+  let (toEcho, echoed) = makeEcho()
+  let channel = IOChannel(fileDescriptor: echoed, type: .stream, queue: Queue(label: "bench.io.wait")) { close($0) }
+  defer { channel.close() }
+  return timedEchoes(count, toEcho) { (try? await channel.read(upTo: 1))?.count ?? 0 }
 }
 
 @inline(never)
 func dispatchChannelUpToWait(_ count: Int) -> Sample {
-  let channel = Mutex<DispatchIO?>(nil)
+  let (toEcho, echoed) = makeEcho()
   let queue = DispatchQueue(label: "bench.io.wait")
-  return timedEchoes(count) { descriptor in
-    let reader = channel.withLock { current in
-      if let current { return current }
-      let made = DispatchIO(type: .stream, fileDescriptor: descriptor, queue: queue) { _ in close(descriptor) }
-      current = made
-      return made
-    }
-    return await dispatchRead(reader, length: 1, queue: queue)
-  }
+  let channel = DispatchIO(type: .stream, fileDescriptor: echoed, queue: queue) { _ in close(echoed) }
+  defer { channel.close() }
+  return timedEchoes(count, toEcho) { await dispatchRead(channel, length: 1, queue: queue) }
 }
 
 /// A queue's thread writes `count` MiB into `writeEnd` with write(2) (64 KiB at a time) and
