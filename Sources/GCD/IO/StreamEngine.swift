@@ -359,7 +359,8 @@ final class StreamEngine: @unchecked Sendable {
       return door.highWater
     }
     guard let highWater else { return nil }
-    let count = min(limit, highWater, 1 << 20)
+    // At most what the engine asks for when it asks first.
+    let count = min(limit, highWater, StreamEngine.askFirstBytes)
     var found: ReadNow?
     var emptied = false
     if let memory = system_allocate(count) {
@@ -424,7 +425,8 @@ final class StreamEngine: @unchecked Sendable {
         } else if got < 0 && system_errno == Errno.interrupted {
           continue
         } else {
-          error = got < 0 ? system_errno : Errno.inputOutput
+          // A write of nothing (no room, or a 0 the engine's own writes would wait on): the rest.
+          error = got < 0 ? system_errno : Errno.wouldBlock
           return false
         }
       }
