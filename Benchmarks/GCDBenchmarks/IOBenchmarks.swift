@@ -70,6 +70,12 @@ func ioBenchmarks(_ c: CLibrary?) -> [Benchmark] {
       unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
       runners: [.c: c.runner("read_loop"), .gcd: .run(gcdPipeUpTo), .dispatch: .run(dispatchPipeUpTo)]),
     Benchmark(
+      name: "io_pipe_write",
+      title:
+        "copy 256 MiB through a pipe: an await write(_:) loop of 64 KiB + a read(2) thread (C: the read(2) loop and a write(2) thread; Dispatch: DispatchIO.write in a continuation)",
+      unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
+      runners: [.c: c.runner("read_loop"), .gcd: .run(gcdPipeWrites), .dispatch: .run(dispatchPipeWrites)]),
+    Benchmark(
       name: "io_read_loop", title: "copy 256 MiB through a pipe: write(2) thread + 64 KiB read(2) loop (reference)",
       unit: "ns/MiB", count: 256, quickCount: 2, repeats: 3,
       runners: [
@@ -252,6 +258,59 @@ func dispatchChannelUpToWait(_ count: Int) -> Sample {
   let channel = DispatchIO(type: .stream, fileDescriptor: echoed, queue: queue) { _ in close(echoed) }
   defer { channel.close() }
   return timedEchoes(count, toEcho) { await dispatchRead(channel, length: 1, queue: queue) }
+}
+
+/// A queue's thread reads `readEnd` with 64 KiB read(2) calls until the end; `write` is called
+/// `count` × 16 times (64 KiB each), timed until the last returns (the pipe holds the rest); then
+/// `close` ends the writer and the reader must have got every byte. ns per MiB.
+private func timedPipeWrites(
+  _ count: Int, _ readEnd: Int32, close closeWriter: () -> Void, _ write: @escaping @Sendable () async -> Bool
+) -> Sample {
+  let drained = Mutex(0)
+  let done = DispatchSemaphore(value: 0)
+  Queue(label: "bench.io.reader").async {
+    let buffer = UnsafeMutableRawPointer.allocate(byteCount: 1 << 16, alignment: 16)
+    var total = 0
+    while true {
+      let got = read(readEnd, buffer, 1 << 16)
+      if got <= 0 { break }
+      total += got
+    }
+    buffer.deallocate()
+    drained.withLock { $0 = total }
+    done.signal()
+  }
+  let sample = timed(count) {
+    for _ in 0..<(count * 16) { check(await write(), "a 64 KiB write") }
+  }
+  closeWriter()
+  done.wait()
+  close(readEnd)
+  check(drained.withLock { $0 } == count * mebibyte, "pipe writes: bytes read")
+  return sample
+}
+
+@inline(never)
+func gcdPipeWrites(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let channel = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: Queue(label: "bench.io.w")) { close($0) }
+  let chunk = DispatchBuffer([UInt8](repeating: 0x78, count: 1 << 16))
+  return timedPipeWrites(count, readEnd, close: { channel.close() }) { (try? await channel.write(chunk)) != nil }
+}
+
+@inline(never)
+func dispatchPipeWrites(_ count: Int) -> Sample {
+  let (readEnd, writeEnd) = makeBenchPipe()
+  let queue = DispatchQueue(label: "bench.io.w")
+  let channel = DispatchIO(type: .stream, fileDescriptor: writeEnd, queue: queue) { _ in close(writeEnd) }
+  return timedPipeWrites(count, readEnd, close: { channel.close() }) {
+    await withCheckedContinuation { continuation in
+      let chunk = [UInt8](repeating: 0x78, count: 1 << 16).withUnsafeBytes { DispatchData(bytes: $0) }
+      channel.write(offset: 0, data: chunk, queue: queue) { finished, _, error in
+        if finished { continuation.resume(returning: error == 0) }
+      }
+    }
+  }
 }
 
 /// A queue's thread writes `count` MiB into `writeEnd` with write(2) (64 KiB at a time) and

@@ -171,8 +171,11 @@ extension IOChannel {
         let handler: Handler = { done, _, error in
           if done { continuation.resume(returning: error) }
         }
+        // On a stream channel the handler runs on the engine's queue: it only resumes this task.
         if let rest, let engine {
-          engine.handOver(rest, queue: .global(), handler: handler)
+          engine.handOver(rest, queue: nil, handler: handler)
+        } else if let engine {
+          engine.write(data: data, queue: nil, handler: handler)
         } else {
           write(data: data, queue: .global(), handler: handler)
         }

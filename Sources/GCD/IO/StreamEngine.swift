@@ -130,7 +130,9 @@ final class StreamEngine: @unchecked Sendable {
     var unreported = 0
     /// The channel's low-water mark when the write was submitted (as a read's).
     var lowWater = Int.max
-    init(data: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
+    /// - Parameter queue: Where the handler runs; nil: on the engine's queue (`HandlerCalls`), for
+    ///   `IOChannel.write(_:)`, whose handler only resumes the waiting task.
+    init(data: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
       rest = data
       calls = HandlerCalls(queue: queue, handler: handler)
     }
@@ -267,7 +269,7 @@ final class StreamEngine: @unchecked Sendable {
     submitting(writes: false) { self.submit(.read(operation)) }
   }
 
-  func write(data: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
+  func write(data: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
     let operation = WriteOperation(data: data, queue: queue, handler: handler)
     submitting(reads: false) { self.submit(.write(operation)) }
   }
@@ -439,7 +441,7 @@ final class StreamEngine: @unchecked Sendable {
 
   /// The rest of a borrowed write (`writeNow`'s `.rest`) becomes the engine's first write; its
   /// handler calls come as a submitted write's.
-  func handOver(_ rest: DispatchBuffer, queue: Queue, handler: @escaping IOChannel.Handler) {
+  func handOver(_ rest: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
     releaseWriteDoor(rest: WriteOperation(data: rest, queue: queue, handler: handler))
   }
 
