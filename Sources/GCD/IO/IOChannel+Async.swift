@@ -156,33 +156,37 @@ extension IOChannel {
     // A stream channel with no write pending: write on this thread, and wait only for the rest
     // that finds no room (`StreamEngine.writeNow`).
     var rest: DispatchBuffer?
+    var written: Int32?
     if let engine, !Task.isCancelled {
       switch engine.writeNow(data) {
       case .closed: break
-      case .written(let error):
-        if error == 0 { return }
-        throw GCDError(operation: "IOChannel.write(\(data.count) bytes)", errno: error)
+      case .written(let error): written = error
       case .rest(let unwritten): rest = unwritten
       }
     }
     let cancelled = Atomic(false)
-    let error: Int32 = await withTaskCancellationHandler {
-      await withCheckedContinuation { continuation in
-        let handler: Handler = { done, _, error in
-          if done { continuation.resume(returning: error) }
+    let error: Int32
+    if let written {
+      error = written
+    } else {
+      error = await withTaskCancellationHandler {
+        await withCheckedContinuation { continuation in
+          let handler: Handler = { done, _, error in
+            if done { continuation.resume(returning: error) }
+          }
+          // On a stream channel the handler runs on the engine's queue: it only resumes this task.
+          if let rest, let engine {
+            engine.handOver(rest, queue: nil, handler: handler)
+          } else if let engine {
+            engine.write(data: data, queue: nil, handler: handler)
+          } else {
+            write(data: data, queue: .global(), handler: handler)
+          }
         }
-        // On a stream channel the handler runs on the engine's queue: it only resumes this task.
-        if let rest, let engine {
-          engine.handOver(rest, queue: nil, handler: handler)
-        } else if let engine {
-          engine.write(data: data, queue: nil, handler: handler)
-        } else {
-          write(data: data, queue: .global(), handler: handler)
-        }
+      } onCancel: {
+        cancelled.store(true, ordering: .sequentiallyConsistent)
+        stopWrites()
       }
-    } onCancel: {
-      cancelled.store(true, ordering: .sequentiallyConsistent)
-      stopWrites()
     }
     if error == 0 { return }
     let byCancel = error == Errno.canceled && cancelled.load(ordering: .sequentiallyConsistent)

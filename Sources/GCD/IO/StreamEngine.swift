@@ -361,25 +361,11 @@ final class StreamEngine: @unchecked Sendable {
       return door.highWater
     }
     guard let highWater else { return nil }
-    // At most what the engine asks for when it asks first.
-    let count = min(limit, highWater, StreamEngine.askFirstBytes)
-    var found: ReadNow?
-    var emptied = false
-    if let memory = system_allocate(count) {
-      // Through the read source's watch, as the engine reads (`pumpReads`): the source is
-      // suspended (no read is running), and a read that empties the descriptor tells the watch.
-      let got =
-        readSource?.watch?.read(into: UnsafeMutableRawBufferPointer(start: memory, count: count))
-        ?? DescriptorWatch.read(descriptor, into: UnsafeMutableRawBufferPointer(start: memory, count: count))
-      let error = got < 0 ? system_errno : 0
-      if got > 0 {
-        let kept = got < count / 2 ? system_shrink(memory, to: got) : memory
-        found = .bytes(DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(start: kept, count: got), deallocator: .free))
-      } else {
-        system_deallocate(memory)
-        if got == 0 || error != Errno.wouldBlock { found = .ended(got == 0 ? 0 : error) } else { emptied = true }
-      }
-    }
+    // At most what the engine asks for when it asks first; as the engine reads (the read source
+    // is suspended: no read is running).
+    let (bytes, error) = readChunk(min(limit, highWater, StreamEngine.askFirstBytes))
+    let emptied = bytes == nil && error == Errno.wouldBlock
+    let found: ReadNow? = bytes.map { .bytes($0) } ?? (emptied ? nil : .ended(error))
     let kick = door.withLock { door in
       door.readBorrowed = false
       if case .ended(let error) = found {
@@ -605,21 +591,10 @@ final class StreamEngine: @unchecked Sendable {
       // At least a small block: an estimate of 0 on a readable descriptor is its end (or an error,
       // or bytes that came since), which one read says.
       let count = min(operation.remaining, max(queued, 1024), 1 << 20)
-      guard let memory = system_allocate(count) else {
-        readEnded = Errno.noMemory
-        continue
-      }
-      // Through the read source's watch once there is one: a read that empties the descriptor
-      // tells it, and its next wait costs no call.
-      let got =
-        readSource?.watch?.read(into: UnsafeMutableRawBufferPointer(start: memory, count: count))
-        ?? system_read(descriptor, memory, count)
+      let (bytes, error) = readChunk(count)
       hasRead = true
-      if got <= 0 {
-        let error = got < 0 ? system_errno : 0
-        system_deallocate(memory)
-        if got < 0 && error == Errno.interrupted { continue }
-        if got < 0 && error == Errno.wouldBlock {
+      guard let bytes else {
+        if error == Errno.wouldBlock {
           readMayHaveMore = false
           if operation.nowOnly {
             complete(operation, error: Errno.wouldBlock)
@@ -632,9 +607,8 @@ final class StreamEngine: @unchecked Sendable {
         readEnded = error
         continue
       }
-      let kept = got < count / 2 ? system_shrink(memory, to: got) : memory
-      operation.pending.append(
-        DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(start: kept, count: got), deallocator: .free))
+      let got = bytes.count
+      operation.pending.append(bytes)
       operation.remaining -= got
       available = got < count ? -1 : queued - got
       readMayHaveMore = available.map { $0 > 0 } ?? false
@@ -782,6 +756,22 @@ final class StreamEngine: @unchecked Sendable {
     }
     writeWaiting = true
     writeSource!.resume()
+  }
+
+  /// One `read(2)` of up to `count` bytes into new memory (again on `EINTR`), through the read
+  /// source's watch once there is one (a read that empties the descriptor tells it, and its next
+  /// wait costs no call): the bytes, or none with 0 at end of file, otherwise the errno.
+  private func readChunk(_ count: Int) -> (bytes: DispatchBuffer?, error: Int32) {
+    guard let memory = system_allocate(count) else { return (nil, Errno.noMemory) }
+    let buffer = UnsafeMutableRawBufferPointer(start: memory, count: count)
+    let got = readSource?.watch?.read(into: buffer) ?? DescriptorWatch.read(descriptor, into: buffer)
+    guard got > 0 else {
+      let error = got < 0 ? system_errno : 0
+      system_deallocate(memory)
+      return (nil, error)
+    }
+    let kept = got < count / 2 ? system_shrink(memory, to: got) : memory
+    return (DispatchBuffer(bytesNoCopy: UnsafeRawBufferPointer(start: kept, count: got), deallocator: .free), 0)
   }
 
   /// What a read outside the source's handler asks for at most when it asks the descriptor first.
