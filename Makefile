@@ -142,8 +142,8 @@ bench-http:
 sanitize: sanitize-thread sanitize-address
 
 # Synchronization.Mutex's contended path is invisible to TSan; this preload
-# tells TSan about it (Tests/Sanitizers/tsan-mutex.c). The test run uses one
-# TSan suppression, for a report inside the Swift runtime's continuations
+# tells TSan about it (Tests/Sanitizers/tsan-mutex.c). The test run uses two
+# TSan suppressions, for one report inside the Swift runtime's continuations
 # (Tests/Sanitizers/tsan.supp says which and why).
 TSAN_MUTEX_LIB := .build/sanitizers/libtsan-mutex.so
 
