@@ -12,18 +12,14 @@ import Synchronization
 final class ChannelReader: Sendable {
   /// The descriptor the channel was created over (for `IOChannel(channel:)`'s cleanup).
   let descriptor: Int32
-  let state: Mutex<ReadStateMachine>
-  /// Where the reads' handlers run: serial, so that the deliveries of one
+  let state = Mutex(ReadStateMachine())
+  /// Where a C channel's reads' handlers run: serial, so that the deliveries of one
   /// read and the next read it starts (another operation, not ordered with
-  /// the first on a concurrent queue) reach the state machine in order.
+  /// the first on a concurrent queue) reach the state machine in order. A
+  /// stream channel's run on its engine's queue, serial too.
   let queue = Queue(label: "GCD.IOChannel.read(upTo:)")
 
-  /// - Parameter stream: The channel runs on the package's stream engine: each C read ends at its
-  ///   first bytes (`StreamEngine.ReadOperation.untilFirst`), and a call may read on its own thread.
-  init(descriptor: Int32, stream: Bool) {
-    self.descriptor = descriptor
-    state = Mutex(ReadStateMachine(untilFirst: stream))
-  }
+  init(descriptor: Int32) { self.descriptor = descriptor }
 }
 
 /// What a `read(upTo:)` gets: bytes (empty at end of file) or an errno value.
@@ -56,13 +52,8 @@ struct ReadStateMachine: ~Copyable {
   private var waiter: (continuation: Continuation, limit: Int)?
   /// The outcome for the waiter just woken, until it takes it.
   private var handoff: ReadOutcome?
-  /// Each C read ends at its first bytes (the stream engine's reads): one that ends short is not
-  /// the end of file; one that ends with none is.
-  private let untilFirst: Bool
   /// A caller reads on its own thread now (`StreamEngine.readNow`).
   private var readingInline = false
-
-  init(untilFirst: Bool) { self.untilFirst = untilFirst }
 
   /// What the caller of an event must do once the lock is released.
   enum Action {
@@ -91,7 +82,7 @@ struct ReadStateMachine: ~Copyable {
   /// own thread, nothing being owed to or by this machine (no bytes kept, no read in flight, no
   /// waiter, not ended); it then reports with `readInline(_:)`.
   mutating func mayReadInline(_ limit: Int) -> Bool {
-    guard untilFirst, limit > 0, waiter == nil, handoff == nil, !readingInline, !outstanding, pending.isEmpty,
+    guard limit > 0, waiter == nil, handoff == nil, !readingInline, !outstanding, pending.isEmpty,
       ended == nil
     else { return false }
     readingInline = true
@@ -122,8 +113,12 @@ struct ReadStateMachine: ~Copyable {
     return .wake(continuation)
   }
 
-  /// The C read delivered bytes, ended, or both.
-  mutating func delivered(done: Bool, data: DispatchBuffer?, error: Int32) -> (resume: Action, next: Action) {
+  /// The C read delivered bytes, ended, or both. `untilFirst`: the read was the stream engine's,
+  /// which ends at its first bytes (`StreamEngine.ReadOperation.untilFirst`): one that ends short
+  /// is not the end of file, one that ends with none is.
+  mutating func delivered(done: Bool, data: DispatchBuffer?, error: Int32, untilFirst: Bool = false) -> (
+    resume: Action, next: Action
+  ) {
     var resume = Action.none
     if let data, !data.isEmpty {
       received += data.count

@@ -113,8 +113,11 @@ extension IOChannel {
     case .read(let offset, let length):
       // Through `read(offset:length:queue:handler:)`: a C channel's read, the stream engine's (one
       // that ends at its first bytes), or the unusable descriptor's error.
+      let onEngine = engine != nil && length >= 0
       let handler: Handler = { [weak self] done, data, error in
-        let (resume, next) = reader.state.withLock { $0.delivered(done: done, data: data, error: error) }
+        let (resume, next) = reader.state.withLock {
+          $0.delivered(done: done, data: data, error: error, untilFirst: onEngine)
+        }
         if case .wake(let continuation) = resume { continuation.resume() }
         if case .read = next {
           // A caller is still waiting after a complete read: read on. The
@@ -122,8 +125,9 @@ extension IOChannel {
           if let self { self.perform(next, reader) } else { Self.failDropped(reader) }
         }
       }
-      if let engine, length >= 0 {
-        engine.read(length: length, queue: reader.queue, untilFirst: true, handler: handler)
+      if let engine, onEngine {
+        // Its handler runs on the engine's queue: it only hands the bytes to the waiting task.
+        engine.read(length: length, queue: nil, untilFirst: true, handler: handler)
       } else {
         read(offset: offset, length: length, queue: reader.queue, handler: handler)
       }

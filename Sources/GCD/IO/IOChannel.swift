@@ -210,8 +210,8 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     system_catchBrokenPipe()
     let descriptor = channel.reader.descriptor
     self.type = type
+    reader = ChannelReader(descriptor: descriptor)
     var failure = channel.failure
-    reader = ChannelReader(descriptor: descriptor, stream: failure == 0 && type == .stream && channel.engine != nil)
     if failure == 0, type == .stream, let parent = channel.engine {
       raw = nil
       writer = nil
@@ -259,6 +259,7 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
   ) {
     system_catchBrokenPipe()
     self.type = type
+    reader = ChannelReader(descriptor: descriptor)
     var failure: Int32 = 0
     var duplicate: Int32 = -1
     var isRegular = false
@@ -275,7 +276,6 @@ public final class IOChannel: @unchecked Sendable {  // the C channel is thread-
     } else {
       failure = system_errno
     }
-    reader = ChannelReader(descriptor: descriptor, stream: onEngine)
     guard failure == 0 else {
       raw = nil
       writer = nil

@@ -108,17 +108,18 @@ final class StreamEngine: @unchecked Sendable {
     /// (`IOChannel.readAvailable`): it never waits for the read source.
     let nowOnly: Bool
     /// Ends as soon as it holds the low-water mark's bytes (`IOChannel.read(upTo:)`): no read stays
-    /// in flight between two calls, so the next call may read on its own thread (`readNow`). Its
-    /// handler calls run on the engine's queue (`HandlerCalls`).
+    /// in flight between two calls, so the next call may read on its own thread (`readNow`).
     let untilFirst: Bool
+    /// - Parameter queue: Where the handler runs; nil: on the engine's queue (`HandlerCalls`), for
+    ///   `IOChannel.read(upTo:)`, whose handler only hands the bytes to the waiting task.
     init(
-      length: Int, queue: Queue, nowOnly: Bool = false, untilFirst: Bool = false,
+      length: Int, queue: Queue?, nowOnly: Bool = false, untilFirst: Bool = false,
       handler: @escaping IOChannel.Handler
     ) {
       remaining = length
       self.nowOnly = nowOnly
       self.untilFirst = untilFirst
-      calls = HandlerCalls(queue: untilFirst ? nil : queue, handler: handler)
+      calls = HandlerCalls(queue: queue, handler: handler)
     }
   }
 
@@ -262,7 +263,7 @@ final class StreamEngine: @unchecked Sendable {
   // MARK: Submissions (any thread)
 
   func read(
-    length: Int, queue: Queue, nowOnly: Bool = false, untilFirst: Bool = false, handler: @escaping IOChannel.Handler
+    length: Int, queue: Queue?, nowOnly: Bool = false, untilFirst: Bool = false, handler: @escaping IOChannel.Handler
   ) {
     let operation = ReadOperation(
       length: length, queue: queue, nowOnly: nowOnly, untilFirst: untilFirst, handler: handler)
