@@ -22,6 +22,13 @@
 //             connection (so at most 2 futex wakes per batch, instead of one handoff per wait).
 //   level     plain level-triggered registration, armed flag only; counts the reader's returns
 //             that found the connection still with a worker ("disarmed").
+//   uring     et's rule on io_uring (raw system calls): one multishot IORING_OP_POLL_ADD per
+//             connection, submitted by the reader; a re-arm that must ask submits a one-shot poll.
+//             The reader takes every completion in user space and waits in io_uring_enter only
+//             when the completion queue is empty.
+//   uring-reap  uring, but a worker takes the completions posted while its handler ran, after its
+//             re-arm, and the reader parks on a futex (1 ms at most) while connections are with
+//             workers; the last worker out that took nothing wakes it.
 //   `partial` makes the handler recv only 16 bytes per call (a request needs 5+ calls): nothing
 //             may be lost, the candidate must keep calling the handler until the request is read.
 //
@@ -63,6 +70,14 @@
 // 18-26 us, et 18-27, et-batch 16-28, level 27-43. p50 ~ 64 / throughput (closed loop).
 // strace -c -f agreed with the totals lines exactly for recvfrom, sendto, epoll_wait and
 // epoll_ctl, and to +2 for futex (thread joins).
+//
+// uring and uring-reap, 2026-12-05 (quiet machine, 3 interleaved rounds with et-batch, 3 s each),
+// server calls per request: et-batch epoll_wait 0.61-0.65; uring io_uring_enter 0.39-0.42 (1.9-2.0
+// completions per wait); uring-reap io_uring_enter 0.06-0.07 plus 0.09-0.10 parks (9-11 completions
+// per reader wake). Process system time per request 22.1-22.7 us, 20.4-23.9, 19.8-23.0: no
+// difference. strace -c -f shows why: a poll completion is task work for the thread that submitted
+// the poll, so each one interrupts the parked reader (restart_syscall 0.91 per request, which the
+// program's own counters cannot see). Lost 0 in every run, full and partial.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <linux/futex.h>
@@ -74,7 +89,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/io_uring.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -89,13 +106,16 @@
 #define OS_MASK (EPOLLIN | EPOLLRDHUP | EPOLLONESHOT)
 #define LT_MASK (EPOLLIN | EPOLLRDHUP)
 
-enum cand { ONESHOT, ET, ET_BATCH, LEVEL, NCAND };
-static const char *cand_name[NCAND] = {"oneshot", "et", "et-batch", "level"};
+enum cand { ONESHOT, ET, ET_BATCH, LEVEL, URING, URING_REAP, NCAND };
+static const char *cand_name[NCAND] = {"oneshot", "et", "et-batch", "level", "uring", "uring-reap"};
+#define IS_URING(c) ((c) == URING || (c) == URING_REAP)
 
 // Per-thread counters; written only by their thread (relaxed stores), read by main (relaxed loads).
 enum ctr {
   C_RECV, C_SEND, C_EPCTL, C_EPWAIT, C_FUTEX_WAIT, C_FUTEX_WAKE, // server-side system calls
+  C_URSUBMIT, C_URWAIT,                                         // io_uring_enter: submit, wait
   C_CRECV, C_CSEND, C_CEPWAIT, C_CEPCTL,                       // client-side system calls
+  C_REAPED, C_PARKS,
   C_WAKEUPS, C_EVENTS, C_DISARMED, C_EMPTY, C_FAST, C_SLOW_MISSED, C_SLOW_UNDRAINED,
   C_SERVED, C_DONE, C_LOST, NCTR
 };
@@ -117,6 +137,12 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double sys_s(void) { // system time of the whole process
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec * 1e-6;
 }
 
 static double cpu_s(void) { // user + system time of the whole process
@@ -216,6 +242,129 @@ static const char response1[] = "HTTP/1.1 200 OK\r\nContent-Length: 26\r\nServer
 _Static_assert(sizeof request - 1 == MSG_LEN && sizeof response1 - 1 == MSG_LEN, "80-byte messages");
 static char response[16 * MSG_LEN];
 
+// The et rule for an event: an armed connection is disarmed and handed off (1); else it is a miss.
+static int take(conn *c) {
+  lock(&c->mu);
+  int armed = c->armed;
+  if (armed) {
+    c->armed = 0;
+    c->epoch++;
+  } else {
+    c->missed = 1;
+    INC(C_DISARMED, 1);
+  }
+  unlock(&c->mu);
+  return armed;
+}
+
+// ---- io_uring (uring, uring-reap): raw system calls, no liburing ----
+// Each connection has one multishot IORING_OP_POLL_ADD (EPOLLIN | EPOLLRDHUP), submitted by the
+// reader, so its completions are posted by task work on the reader's thread. The et rule decides
+// the re-arm; a re-arm that must ask submits a one-shot poll of the connection (tagged bit 0).
+static struct {
+  int fd;
+  unsigned *sq_tail, sq_mask, *sq_array, *cq_head, *cq_tail, cq_mask;
+  struct io_uring_sqe *sqes;
+  struct io_uring_cqe *cqes;
+  void *sq_map, *cq_map;
+  size_t sq_len, cq_len, sqes_len;
+  lock_t sq_mu, cq_mu;
+} ring;
+static atomic_int inflight; // connections handed to workers and not yet re-armed
+static atomic_uint parked;  // uring-reap: the reader sleeps on this word while workers reap
+
+static void ring_setup(void) {
+  struct io_uring_params p;
+  memset(&p, 0, sizeof p);
+  ring.fd = (int)syscall(__NR_io_uring_setup, 256, &p);
+  if (ring.fd < 0) die("io_uring_setup");
+  if (!(p.features & IORING_FEAT_SINGLE_MMAP)) { fprintf(stderr, "no single mmap\n"); exit(1); }
+  ring.sq_len = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+  ring.cq_len = p.cq_off.cqes + p.cq_entries * sizeof(struct io_uring_cqe);
+  if (ring.cq_len > ring.sq_len) ring.sq_len = ring.cq_len;
+  ring.sq_map = mmap(NULL, ring.sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring.fd,
+                     IORING_OFF_SQ_RING);
+  if (ring.sq_map == MAP_FAILED) die("mmap sq");
+  ring.cq_map = ring.sq_map;
+  ring.sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
+  ring.sqes = mmap(NULL, ring.sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring.fd,
+                   IORING_OFF_SQES);
+  if (ring.sqes == MAP_FAILED) die("mmap sqes");
+  char *sq = ring.sq_map, *cq = ring.cq_map;
+  ring.sq_tail = (unsigned *)(sq + p.sq_off.tail);
+  ring.sq_mask = *(unsigned *)(sq + p.sq_off.ring_mask);
+  ring.sq_array = (unsigned *)(sq + p.sq_off.array);
+  ring.cq_head = (unsigned *)(cq + p.cq_off.head);
+  ring.cq_tail = (unsigned *)(cq + p.cq_off.tail);
+  ring.cq_mask = *(unsigned *)(cq + p.cq_off.ring_mask);
+  ring.cqes = (struct io_uring_cqe *)(cq + p.cq_off.cqes);
+}
+
+static void ring_teardown(void) {
+  munmap(ring.sqes, ring.sqes_len);
+  munmap(ring.sq_map, ring.sq_len);
+  close(ring.fd);
+}
+
+// Queues one poll of c (multishot, or one-shot for a re-arm that must ask) and submits it.
+static void ring_poll(conn *c, int multishot) {
+  lock(&ring.sq_mu);
+  unsigned tail = *ring.sq_tail, idx = tail & ring.sq_mask;
+  struct io_uring_sqe *e = &ring.sqes[idx];
+  memset(e, 0, sizeof *e);
+  e->opcode = IORING_OP_POLL_ADD;
+  e->fd = c->fd;
+  e->poll32_events = EPOLLIN | EPOLLRDHUP;
+  e->len = multishot ? IORING_POLL_ADD_MULTI : 0;
+  e->user_data = (uint64_t)(uintptr_t)c | (multishot ? 0 : 1);
+  ring.sq_array[idx] = idx;
+  __atomic_store_n(ring.sq_tail, tail + 1, __ATOMIC_RELEASE);
+  INC(C_URSUBMIT, 1);
+  if (syscall(__NR_io_uring_enter, ring.fd, 1, 0, 0, NULL, 0) != 1) die("io_uring_enter submit");
+  unlock(&ring.sq_mu);
+}
+
+// Takes every completion posted so far, with no system call; returns the connections to hand off.
+static int ring_reap(conn **ready) {
+  conn *again[64];
+  int nr = 0, na = 0;
+  lock(&ring.cq_mu);
+  unsigned head = *ring.cq_head, tail = __atomic_load_n(ring.cq_tail, __ATOMIC_ACQUIRE);
+  for (; head != tail; head++) {
+    struct io_uring_cqe *e = &ring.cqes[head & ring.cq_mask];
+    conn *c = (conn *)(uintptr_t)(e->user_data & ~(uint64_t)1);
+    int multishot = !(e->user_data & 1);
+    if (multishot && !(e->flags & IORING_CQE_F_MORE) && na < 64) again[na++] = c;
+    if (e->res < 0) continue;
+    INC(C_EVENTS, 1);
+    if (take(c)) ready[nr++] = c;
+  }
+  __atomic_store_n(ring.cq_head, head, __ATOMIC_RELEASE);
+  unlock(&ring.cq_mu);
+  for (int i = 0; i < na; i++)
+    if (!atomic_load(&stop_flag)) ring_poll(again[i], 1);
+  return nr;
+}
+
+static void hand_off(conn **ready, int nr) {
+  atomic_fetch_add(&inflight, nr);
+  push(ready, nr);
+}
+
+static void ring_wait(void) {
+  struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+  struct io_uring_getevents_arg arg = {.sigmask = 0, .sigmask_sz = 8, .ts = (uint64_t)(uintptr_t)&ts};
+  INC(C_URWAIT, 1);
+  syscall(__NR_io_uring_enter, ring.fd, 0, 1, IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg,
+          sizeof arg);
+}
+
+static void futex_wait_1ms(atomic_uint *w, unsigned v) {
+  struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
+  INC(C_FUTEX_WAIT, 1);
+  syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0);
+}
+
 // The handler: ONE recv, then one send answering every request completed by it.
 static void handle(conn *c) {
   char buf[4096];
@@ -267,12 +416,53 @@ static void *worker_main(void *arg) {
       c->missed = 0;
       c->armed = 1;
       unlock(&c->mu);
-      if (!fast) {
+      if (!fast && IS_URING(cur)) {
+        ring_poll(c, 0);
+      } else if (!fast) {
         struct epoll_event ev = {.events = ET_MASK, .data.ptr = c};
         INC(C_EPCTL, 1);
         if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0) die("epoll_ctl MOD");
       }
     }
+    if (!IS_URING(cur)) continue;
+    // The connection is re-armed; it leaves the in-flight count. uring-reap: every worker takes
+    // what completed while its handler ran; the last one out with nothing taken hands the wait
+    // back to the reader (the decrement comes first, so the last reap follows every other one).
+    int left = atomic_fetch_sub(&inflight, 1) - 1;
+    if (cur != URING_REAP) continue;
+    conn *ready[256];
+    int nr = ring_reap(ready);
+    INC(C_REAPED, nr);
+    if (nr > 0) hand_off(ready, nr);
+    else if (left == 0 && atomic_exchange(&parked, 0) == 1) futex_wake(&parked);
+  }
+  return NULL;
+}
+
+// uring: the reader waits in io_uring_enter whenever the completion queue is empty.
+// uring-reap: while connections are in flight the reader parks (at most 1 ms at a time, so a
+// handler that blocks delays the others' events by that much), and the workers reap.
+static void *ring_reader_main(void *arg) {
+  (void)arg;
+  bind_counters();
+  for (int i = 0; i < NCONN; i++) ring_poll(&conns[i], 1); // the reader submits: task work is its
+  conn *ready[256];
+  while (!atomic_load(&stop_flag)) {
+    int nr = ring_reap(ready);
+    if (nr > 0) {
+      INC(C_WAKEUPS, 1);
+      hand_off(ready, nr);
+    }
+    if (cur == URING_REAP && atomic_load(&inflight) > 0) {
+      atomic_store(&parked, 1);
+      if (atomic_load(&inflight) > 0) {
+        INC(C_PARKS, 1);
+        futex_wait_1ms(&parked, 1);
+      }
+      atomic_store(&parked, 0);
+      continue;
+    }
+    if (nr == 0) ring_wait();
   }
   return NULL;
 }
@@ -294,16 +484,7 @@ static void *reader_main(void *arg) {
     for (int i = 0; i < n; i++) {
       conn *c = evs[i].data.ptr;
       if (cur == ONESHOT) { ready[nr++] = c; continue; }
-      lock(&c->mu);
-      if (c->armed) {
-        c->armed = 0;
-        c->epoch++;
-        ready[nr++] = c;
-      } else {
-        c->missed = 1;
-        INC(C_DISARMED, 1);
-      }
-      unlock(&c->mu);
+      if (take(c)) ready[nr++] = c;
     }
     if (nr > 0) push(ready, nr);
   }
@@ -384,6 +565,11 @@ static void run(enum cand c, int part, double seconds, int round) {
   if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) < 0 || listen(ls, NCONN) < 0 ||
       getsockname(ls, (struct sockaddr *)&a, &alen) < 0) die("listen");
   epfd = epoll_create1(0);
+  if (IS_URING(c)) ring_setup();
+  atomic_store(&inflight, 0);
+  atomic_store(&parked, 0);
+  memset(&ring.sq_mu, 0, sizeof ring.sq_mu);
+  memset(&ring.cq_mu, 0, sizeof ring.cq_mu);
   unsigned mask = c == ONESHOT ? OS_MASK : c == LEVEL ? LT_MASK : ET_MASK;
   for (int i = 0; i < NCONN; i++) {
     client_fd[i] = socket(AF_INET, SOCK_STREAM, 0);
@@ -394,6 +580,7 @@ static void run(enum cand c, int part, double seconds, int round) {
     setsockopt(client_fd[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     conns[i] = (conn){.fd = s, .armed = 1};
     struct epoll_event ev = {.events = mask, .data.ptr = &conns[i]};
+    if (IS_URING(c)) continue;
     INC(C_EPCTL, 1);
     if (epoll_ctl(epfd, EPOLL_CTL_ADD, s, &ev) < 0) die("epoll_ctl ADD");
   }
@@ -402,17 +589,17 @@ static void run(enum cand c, int part, double seconds, int round) {
   pthread_t rt, ct, wt[NWORKERS];
   static worker ws[NWORKERS];
   for (int i = 0; i < NWORKERS; i++) pthread_create(&wt[i], NULL, worker_main, &ws[i]);
-  pthread_create(&rt, NULL, reader_main, NULL);
+  pthread_create(&rt, NULL, IS_URING(c) ? ring_reader_main : reader_main, NULL);
   pthread_create(&ct, NULL, client_main, NULL);
 
   uint64_t s0[NCTR], s1[NCTR], total[NCTR];
   usleep(500000);
   snapshot(s0);
-  double t0 = now_s(), cpu0 = cpu_s();
+  double t0 = now_s(), cpu0 = cpu_s(), sys0 = sys_s();
   atomic_store(&measuring, 1);
   usleep((useconds_t)(seconds * 1e6));
   atomic_store(&measuring, 0);
-  double t1 = now_s(), cpu1 = cpu_s();
+  double t1 = now_s(), cpu1 = cpu_s(), sys1 = sys_s();
   snapshot(s1);
 
   atomic_store(&stop_flag, 1);
@@ -424,6 +611,7 @@ static void run(enum cand c, int part, double seconds, int round) {
   snapshot(total);
   for (int i = 0; i < NCONN; i++) { close(conns[i].fd); close(client_fd[i]); }
   close(epfd);
+  if (IS_URING(c)) ring_teardown();
 
   double d[NCTR];
   for (int k = 0; k < NCTR; k++) d[k] = (double)(s1[k] - s0[k]);
@@ -431,17 +619,19 @@ static void run(enum cand c, int part, double seconds, int round) {
   uint64_t nlat = 0;
   for (int us = 0; us <= HIST_US; us++) nlat += hist[us];
   double rearms = d[C_FAST] + d[C_SLOW_MISSED] + d[C_SLOW_UNDRAINED];
-  printf("cand=%-8s mode=%-7s round=%d req_s=%.0f cpu_us=%.2f recv=%.3f send=%.3f epoll_ctl=%.3f "
+  printf("cand=%-10s mode=%-7s round=%d req_s=%.0f cpu_us=%.2f sys_us=%.2f recv=%.3f send=%.3f "
+         "uring_submit=%.3f uring_wait=%.3f parks=%.3f reaped=%.3f epoll_ctl=%.3f "
          "epoll_wait=%.3f futex=%.3f futex_wait=%.3f futex_wake=%.3f wakeups=%.3f ev_per_wait=%.2f "
          "disarmed=%.3f empty_recv=%.3f rearm_syscall_pct=%.2f rearm_missed=%.0f rearm_undrained=%.0f "
          "client=%.3f p50_us=%.0f p99_us=%.0f lost=%llu\n",
          cand_name[c], part ? "partial" : "full", round, d[C_DONE] / (t1 - t0),
-         (cpu1 - cpu0) * 1e6 / req, d[C_RECV] / req,
-         d[C_SEND] / req, d[C_EPCTL] / req, d[C_EPWAIT] / req,
+         (cpu1 - cpu0) * 1e6 / req, (sys1 - sys0) * 1e6 / req, d[C_RECV] / req, d[C_SEND] / req,
+         d[C_URSUBMIT] / req, d[C_URWAIT] / req, d[C_PARKS] / req, d[C_REAPED] / req,
+         d[C_EPCTL] / req, d[C_EPWAIT] / req,
          (d[C_FUTEX_WAIT] + d[C_FUTEX_WAKE]) / req, d[C_FUTEX_WAIT] / req, d[C_FUTEX_WAKE] / req,
          d[C_WAKEUPS] / req, d[C_WAKEUPS] > 0 ? d[C_EVENTS] / d[C_WAKEUPS] : 0, d[C_DISARMED] / req,
          d[C_EMPTY] / req,
-         c == ET || c == ET_BATCH ? 100.0 * (rearms - d[C_FAST]) / (rearms ? rearms : 1) : 0,
+         c == ET || c == ET_BATCH || IS_URING(c) ? 100.0 * (rearms - d[C_FAST]) / (rearms ? rearms : 1) : 0,
          d[C_SLOW_MISSED], d[C_SLOW_UNDRAINED], (d[C_CRECV] + d[C_CSEND] + d[C_CEPWAIT]) / req,
          pct(nlat, 0.50), pct(nlat, 0.99), (unsigned long long)total[C_LOST]);
   // Whole-run counts (setup ADDs included) for strace -c -f; the served/done gap is requests still
@@ -467,7 +657,7 @@ int main(int argc, char **argv) {
       if (!strcmp(argv[i], cand_name[k])) { only = k; found = 1; }
     if (!found && atof(argv[i]) > 0) seconds = atof(argv[i]);
     else if (!found) {
-      fprintf(stderr, "usage: %s [oneshot|et|et-batch|level] [partial] [seconds]\n", argv[0]);
+      fprintf(stderr, "usage: %s [oneshot|et|et-batch|level|uring|uring-reap] [partial] [seconds]\n", argv[0]);
       return 2;
     }
   }
@@ -477,6 +667,7 @@ int main(int argc, char **argv) {
   for (int round = 1; round <= 2; round++)
     for (int k = 0; k < NCAND; k++) run((enum cand)k, part, seconds, round);
   if (!part)
-    for (int k = 0; k < LEVEL; k++) run((enum cand)k, 1, seconds, 1);
+    for (int k = 0; k < NCAND; k++)
+      if (k != LEVEL) run((enum cand)k, 1, seconds, 1);
   return 0;
 }
