@@ -125,8 +125,8 @@ reader-probe:
 ## then under AddressSanitizer (with LeakSanitizer), each in its own build folder; see docs/reliability.md
 ## fence-probe: the descriptor fence's candidate designs, in C (Benchmarks/probes/fence_candidates.c):
 ## one-shot re-arm per event, edge-triggered with a drained rule, the same with a batch per wait,
-## level-triggered, io_uring multishot poll (reader waits; workers reap); system calls, wake-ups and
-## lost requests per request (docs/sources-linux.md).
+## level-triggered, io_uring multishot poll (the reader waits; workers reap; a batched wait);
+## system calls, wake-ups and lost requests per request (docs/sources-linux.md).
 ## Not part of CI.
 fence-probe:
 	@mkdir -p .build/bench
