@@ -5,28 +5,7 @@
 /// the values the handler sees add up exactly to what was merged.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_ADD`.
-public final class DataAddSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged sums; it starts the source
-  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<UInt> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the sum merged into the event (`data`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    setValueHandler(handler)
-  }
-
+public final class DataAddSource: ValueSource, @unchecked Sendable {
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.
@@ -49,28 +28,7 @@ public final class DataAddSource: Source, @unchecked Sendable {
 /// value, and the handler sees every bit merged since its last run.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_OR`.
-public final class DataOrSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the merged bits; it starts the source
-  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<UInt> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the bits merged into the event (`data`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    setValueHandler(handler)
-  }
-
+public final class DataOrSource: ValueSource, @unchecked Sendable {
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.
@@ -93,28 +51,7 @@ public final class DataOrSource: Source, @unchecked Sendable {
 /// and the handler sees the latest value merged since its last run.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_DATA_REPLACE`.
-public final class DataReplaceSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the latest values; it starts the source
-  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<UInt> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the latest value (`data`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    setValueHandler(handler)
-  }
-
+public final class DataReplaceSource: ValueSource, @unchecked Sendable {
   /// Creates the source with handlers on `queue`.
   ///
   /// - Parameter queue: The queue the handlers run on.

@@ -23,28 +23,7 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_READ` (for a
 /// pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
-public final class ReadSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of bytes-available estimates (read with `read(into:)` in the loop body); it starts the source
-  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<UInt> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the estimate of the bytes available (`data`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    setValueHandler(handler)
-  }
-
+public final class ReadSource: ValueSource, @unchecked Sendable {
   /// Creates a read source for `fileDescriptor` whose handlers run on `queue`.
   ///
   /// - Parameters:

@@ -26,28 +26,7 @@
 /// for them).
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_SIGNAL`.
-public final class SignalSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of delivery counts; it starts the source
-  /// (the call returns once the kernel watches), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<UInt> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the number of deliveries merged into the event (`count`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    setValueHandler(handler)
-  }
-
+public final class SignalSource: ValueSource, @unchecked Sendable {
   /// Whether a `SignalSource` can observe `signal`: a signal number
   /// (1...64) other than SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL, SIGFPE,
   /// SIGTRAP, SIGSYS, SIGPIPE, SIGPROF and the C library's own (from 32 up

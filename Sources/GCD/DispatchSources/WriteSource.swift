@@ -22,34 +22,13 @@
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_WRITE`
 /// (for a pipe or a socket, a `DISPATCH_SOURCE_TYPE_DATA_OR` source the fence merges into).
-public final class WriteSource: Source, @unchecked Sendable {
+public final class WriteSource: ValueSource, @unchecked Sendable {
   /// The watched descriptor.
   public var fileDescriptor: Int32 { fenceDescriptor }
 
   /// The source's watch in the descriptor fence (or always ready); nil only past the kernel's limit
   /// of epoll paths to one file, where libdispatch watches the descriptor.
   var watch: DescriptorWatch? { descriptorWatch }
-
-  /// The source's events as an `AsyncSequence` of buffer-space estimates; it starts the source
-  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<UInt> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the estimate of the buffer space (`data`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    setValueHandler(handler)
-  }
 
   /// Creates a write source for `fileDescriptor` whose handlers run on `queue`.
   ///

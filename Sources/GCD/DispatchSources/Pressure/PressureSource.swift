@@ -54,7 +54,7 @@ public enum PressureScope: Sendable, Hashable, CustomStringConvertible {
 ///
 /// Darwin has no such source; this is the Linux signal behind
 /// `MemoryPressureSource`.
-public final class PressureSource: Source, @unchecked Sendable {
+public final class PressureSource: ValueSource, @unchecked Sendable {
   /// The resource whose stalls are measured.
   public enum Resource: String, Sendable, Hashable, CaseIterable {
     /// Waiting for memory: reclaim, refaults of evicted pages, swap-in.
@@ -71,27 +71,6 @@ public final class PressureSource: Source, @unchecked Sendable {
     case some
     /// Every non-idle task in the scope was stalled at once.
     case full
-  }
-
-  /// The source's events as an `AsyncSequence` of fire counts; making the
-  /// sequence starts the source, leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<UInt> { SourceEvents(source: self, element: { $0 }) }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<UInt> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the number of fires merged into the event (`data`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
-    setValueHandler(handler)
   }
 
   /// The resource watched.
