@@ -280,8 +280,7 @@ private func churnSocketPairs() -> Never {
       let reader: ReadSource
       let writer: WriteSource
       do {
-        reader = try ReadSource(fileDescriptor: mine, queue: queue)
-        writer = try WriteSource(fileDescriptor: mine, queue: queue)
+        (reader, writer) = try makeReadAndWriteSources(on: mine, queue: queue)
       } catch {
         tally.fail("creation: \(error)")
         return

@@ -17,46 +17,58 @@ extension NestedEpollTests {
     "a descriptor closed under its live source, its number reused: a source on the new file fires, and the old source's cancel leaves it watched"
   )
   func reusedNumber() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      checkReusedNumber()
-    }
-    let text = standardError(of: result)
-    #expect(text.contains("exit-test child: ok"), "\(text)")
+    await expectChildSaysOK(.reusedNumber)
   }
 
   @Test("a closed descriptor still registered for a live source (closed under it) throws EBADF for a new source")
   func closedUnderLiveSourceThrows() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      checkClosedUnderLiveSource()
-    }
-    expectChildSaidOK(result)
+    await expectChildSaysOK(.closedUnderLiveSource)
   }
 
   @Test("the fence's reader is one thread for the process, named GCD.descriptors, with every signal blocked")
   func readerThread() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      checkReaderThread()
-    }
-    expectChildSaidOK(result)
+    await expectChildSaysOK(.readerThread)
   }
 
   @Test(
     "a write source that is not started adds nothing to its socket's registration (no call, no write interest); started, it fires"
   )
   func unstartedWriteSource() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      checkUnstartedWriteSource()
-    }
-    expectChildSaidOK(result)
+    await expectChildSaysOK(.unstartedWriteSource)
   }
 
   @Test("a connection's read and write sources share one registration: each fires for its own direction, alone")
   func readAndWriteOnOneSocket() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      checkReadAndWriteOnOneSocket()
-    }
-    expectChildSaidOK(result)
+    await expectChildSaysOK(.readAndWriteOnOneSocket)
   }
+}
+
+/// The children below, each run in a process of its own by `expectChildSaysOK`.
+private enum FenceCheck: String, Codable, Sendable {
+  case reusedNumber, closedUnderLiveSource, readerThread, unstartedWriteSource, readAndWriteOnOneSocket
+  case manySourcesOnOneFile
+
+  func run() -> Never {
+    switch self {
+    case .reusedNumber: checkReusedNumber()
+    case .closedUnderLiveSource: checkClosedUnderLiveSource()
+    case .readerThread: checkReaderThread()
+    case .unstartedWriteSource: checkUnstartedWriteSource()
+    case .readAndWriteOnOneSocket: checkReadAndWriteOnOneSocket()
+    case .manySourcesOnOneFile: checkManySourcesOnOneFile()
+    }
+  }
+}
+
+/// Runs `check` in a child process and expects it to end with "exit-test child: ok" (else shows
+/// what it wrote instead).
+private func expectChildSaysOK(_ check: FenceCheck, sourceLocation: SourceLocation = #_sourceLocation) async {
+  let result = await #expect(
+    processExitsWith: .success, observing: [\.standardErrorContent], sourceLocation: sourceLocation
+  ) { [check] in
+    check.run()
+  }
+  expectChildSaidOK(result, sourceLocation: sourceLocation)
 }
 
 /// A read source on a pipe whose read end is closed while the source lives (a misuse the kernel
@@ -66,8 +78,7 @@ private func checkReusedNumber() -> Never {
   warmUpDispatch()
   let queue = Queue(label: "fence.reused")
   let (readEnd, writeEnd) = makePipe()
-  let old: ReadSource
-  do { old = try ReadSource(fileDescriptor: readEnd, queue: queue) } catch { endChild("failed: \(error)") }
+  let old = childTry { try ReadSource(fileDescriptor: readEnd, queue: queue) }
   old.setEventHandler {}
   old.resume()
   close(readEnd)
@@ -75,8 +86,7 @@ private func checkReusedNumber() -> Never {
   let (again, otherWrite) = makePipe()
   childCheck(again == readEnd, "the new pipe's read end is \(again), not the reused \(readEnd)")
   let fired = Event()
-  let new: ReadSource
-  do { new = try ReadSource(fileDescriptor: again, queue: queue) } catch { endChild("failed: \(error)") }
+  let new = childTry { try ReadSource(fileDescriptor: again, queue: queue) }
   new.setEventHandler {
     var byte: UInt8 = 0
     if read(again, &byte, 1) == 1 { fired.signal() }
@@ -106,8 +116,7 @@ private func checkReusedNumber() -> Never {
 private func checkClosedUnderLiveSource() -> Never {
   let (readEnd, writeEnd) = makePipe()
   let queue = Queue(label: "fence.closed.under")
-  let live: ReadSource
-  do { live = try ReadSource(fileDescriptor: readEnd, queue: queue) } catch { endChild("failed: \(error)") }
+  let live = childTry { try ReadSource(fileDescriptor: readEnd, queue: queue) }
   live.setEventHandler {}
   live.resume()
   close(readEnd)
@@ -151,13 +160,8 @@ private func checkReaderThread() -> Never {
   let (readEnd, writeEnd) = makePipe()
   let (mine, peer) = makeSocketPair()
   let queue = Queue(label: "fence.thread")
-  let sources: [Source]
-  do {
-    sources = [
-      try ReadSource(fileDescriptor: readEnd, queue: queue), try ReadSource(fileDescriptor: mine, queue: queue),
-    ]
-  } catch {
-    endChild("failed: \(error)")
+  let sources: [Source] = childTry {
+    [try ReadSource(fileDescriptor: readEnd, queue: queue), try ReadSource(fileDescriptor: mine, queue: queue)]
   }
   let threads = readerThreads()
   childCheck(threads.count == 1, "\(threads.count) threads named GCD.descriptors, not 1")
@@ -190,14 +194,7 @@ private func checkUnstartedWriteSource() -> Never {
   let chunk = [UInt8](repeating: 7, count: 4096)
   while (chunk.withUnsafeBytes { send(mine, $0.baseAddress, $0.count, 0) }) > 0 {}
   let queue = Queue(label: "fence.unstarted")
-  let reader: ReadSource
-  let writer: WriteSource
-  do {
-    reader = try ReadSource(fileDescriptor: mine, queue: queue)
-    writer = try WriteSource(fileDescriptor: mine, queue: queue)
-  } catch {
-    endChild("failed: \(error)")
-  }
+  let (reader, writer) = childTry { try makeReadAndWriteSources(on: mine, queue: queue) }
   let writes = Atomic<Int>(0)
   let writable = Event()
   reader.setEventHandler {}
@@ -245,14 +242,7 @@ private func checkReadAndWriteOnOneSocket() -> Never {
   let readData = Atomic<UInt>(0)
   let writable = Event()
   let readable = Event()
-  let reader: ReadSource
-  let writer: WriteSource
-  do {
-    reader = try ReadSource(fileDescriptor: mine, queue: queue)
-    writer = try WriteSource(fileDescriptor: mine, queue: queue)
-  } catch {
-    endChild("failed: \(error)")
-  }
+  let (reader, writer) = childTry { try makeReadAndWriteSources(on: mine, queue: queue) }
   reader.setEventHandler { [unowned reader] in
     reads.add(1, ordering: .relaxed)
     readData.store(reader.data, ordering: .relaxed)
@@ -297,10 +287,7 @@ private func checkReadAndWriteOnOneSocket() -> Never {
 extension NestedEpollTests {
   @Test("600 read sources on one socket (dups and the descriptor itself) all register and all fire")
   func manySourcesOnOneFile() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      checkManySourcesOnOneFile()
-    }
-    expectChildSaidOK(result)
+    await expectChildSaysOK(.manySourcesOnOneFile)
   }
 }
 
@@ -311,12 +298,7 @@ private func checkManySourcesOnOneFile() -> Never {
   let queue = Queue(label: "nest.one.file")
   let registered = Latch(count: count)
   let fired = Latch(count: count)
-  let sources: [ReadSource]
-  do {
-    sources = try descriptors.map { try ReadSource(fileDescriptor: $0, queue: queue) }
-  } catch {
-    endChild("failed: \(error)")
-  }
+  let sources = childTry { try descriptors.map { try ReadSource(fileDescriptor: $0, queue: queue) } }
   let firedOnce = Mutex<Set<Int>>([])
   for (index, source) in sources.enumerated() {
     source.setRegistrationHandler { registered.signal() }

@@ -99,10 +99,7 @@ struct FileSystemSourceTests {
     let directory = TemporaryDirectory()
     let path = directory.file("data", contents: "12345")
     let source = try FileSystemSource(path: path, events: [.write, .extend], queue: Queue(label: "fs"))
-    let seen = Recorder<UInt>()
-    source.setEventHandler { [weak source] in
-      if let source { seen.append(source.data) }
-    }
+    let seen = recordData(of: source)
     source.resume()
     let descriptor = open(path, O_WRONLY | O_CLOEXEC)
     defer { close(descriptor) }
@@ -121,10 +118,7 @@ struct FileSystemSourceTests {
     let directory = TemporaryDirectory()
     let path = directory.file("data")
     let source = try FileSystemSource(path: path, events: [.attrib, .link], queue: Queue(label: "fs"))
-    let seen = Recorder<UInt>()
-    source.setEventHandler { [weak source] in
-      if let source { seen.append(source.data) }
-    }
+    let seen = recordData(of: source)
     source.resume()
     #expect(chmod(path, 0o600) == 0)
     #expect(pollUntil { seen.count == 1 })
@@ -139,10 +133,7 @@ struct FileSystemSourceTests {
     let directory = TemporaryDirectory()
     let path = directory.file("doomed")
     let source = try FileSystemSource(path: path, events: .delete, queue: Queue(label: "fs"))
-    let seen = Recorder<UInt>()
-    source.setEventHandler { [weak source] in
-      if let source { seen.append(source.data) }
-    }
+    let seen = recordData(of: source)
     source.resume()
     #expect(unlink(path) == 0)
     #expect(pollUntil { seen.count == 1 })
@@ -161,10 +152,7 @@ struct FileSystemSourceTests {
     let source = try FileSystemSource(
       fileDescriptor: descriptor, events: [.delete, .rename], queue: Queue(label: "fs"))
     #expect(source.handle == UInt(descriptor))
-    let seen = Recorder<UInt>()
-    source.setEventHandler { [weak source] in
-      if let source { seen.append(source.data) }
-    }
+    let seen = recordData(of: source)
     source.resume()
     #expect(rename(path, directory.path + "/moved") == 0)
     #expect(pollUntil { seen.count == 1 })
@@ -180,10 +168,7 @@ struct FileSystemSourceTests {
     let watched = directory.path + "/watched"
     #expect(mkdir(watched, 0o700) == 0)
     let source = try FileSystemSource(path: watched, events: [.write, .link], queue: Queue(label: "fs"))
-    let seen = Recorder<UInt>()
-    source.setEventHandler { [weak source] in
-      if let source { seen.append(source.data) }
-    }
+    let seen = recordData(of: source)
     source.resume()
     _ = TemporaryDirectory.create(watched + "/file", contents: "")
     #expect(pollUntil { seen.count == 1 })
@@ -199,14 +184,8 @@ struct FileSystemSourceTests {
     let path = directory.file("shared")
     let first = try FileSystemSource(path: path, events: .rename, queue: Queue(label: "fs-1"))
     let second = try FileSystemSource(path: path, events: [.rename, .attrib], queue: Queue(label: "fs-2"))
-    let firstSeen = Recorder<UInt>()
-    let secondSeen = Recorder<UInt>()
-    first.setEventHandler { [weak first] in
-      if let first { firstSeen.append(first.data) }
-    }
-    second.setEventHandler { [weak second] in
-      if let second { secondSeen.append(second.data) }
-    }
+    let firstSeen = recordData(of: first)
+    let secondSeen = recordData(of: second)
     first.resume()
     second.resume()
     #expect(rename(path, directory.path + "/a") == 0)
@@ -257,10 +236,7 @@ struct FileSystemSourceTests {
     let directory = TemporaryDirectory()
     let path = directory.file("early")
     let source = try FileSystemSource(path: path, events: .rename, queue: Queue(label: "fs"))
-    let seen = Recorder<UInt>()
-    source.setEventHandler { [weak source] in
-      if let source { seen.append(source.data) }
-    }
+    let seen = recordData(of: source)
     // A witness that is running: once it has seen the rename, the router
     // has routed it to every source on the file.
     let witness = try FileSystemSource(path: path, events: .rename, queue: Queue(label: "witness"))
@@ -287,14 +263,8 @@ struct FileSystemSourceTests {
     // source between the reader's two merges: seen once in a full-suite run, [8, 32]).
     let witness = try FileSystemSource(path: path, events: [.rename, .attrib], queue: Queue(label: "witness"))
     let source = try FileSystemSource(path: path, events: [.rename, .attrib], queue: Queue(label: "fs"))
-    let seen = Recorder<UInt>()
-    source.setEventHandler { [weak source] in
-      if let source { seen.append(source.data) }
-    }
-    let witnessed = Recorder<UInt>()
-    witness.setEventHandler { [weak witness] in
-      if let witness { witnessed.append(witness.data) }
-    }
+    let seen = recordData(of: source)
+    let witnessed = recordData(of: witness)
     witness.resume()
     source.resume()
     source.suspend()
@@ -502,4 +472,13 @@ private func endFileSystemChild(_ message: String) -> Never {
   let text = Array("FileSystemSourceTests child: \(message)\n".utf8)
   _ = text.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
   exit(0)
+}
+
+/// Records `source`'s data at each of its events (while the source is alive); does not resume it.
+private func recordData(of source: FileSystemSource) -> Recorder<UInt> {
+  let seen = Recorder<UInt>()
+  source.setEventHandler { [weak source] in
+    if let source { seen.append(source.data) }
+  }
+  return seen
 }

@@ -30,22 +30,11 @@ struct TimerSourceTests {
 
   @Test("a one-shot timer fires once, with a fire count of 1")
   func oneShotFiresOnce() {
-    let queue = Queue(label: "timer.oneshot")
-    let timer = TimerSource(queue: queue)
-    let counts = Recorder<UInt>()
-    let fired = Event()
-    timer.setEventHandler { [unowned timer] in
-      counts.append(timer.fireCount)
-      fired.signal()
+    let counts = oneShotFireCounts(on: Queue(label: "timer.oneshot"), start: .now + .milliseconds(10)) {
+      // A second fire, if there were one, would be due at once; give it time to show.
+      letTimePass(briefTimeout)
     }
-    timer.schedule(start: .now + .milliseconds(10))
-    timer.resume()
-    #expect(fired.wait())
-    // A second fire, if there were one, would be due at once; give it time to show.
-    letTimePass(briefTimeout)
-    queue.sync {}
-    #expect(counts.values == [1])
-    timer.cancel()
+    #expect(counts == [1])
   }
 
   @Test("a suspended timer merges its ticks: the first event after resume stands for several fires")
@@ -104,19 +93,8 @@ struct TimerSourceTests {
   func wallClockStart() {
     let queue = Queue(label: "timer.wallclock")
     for start in [Deadline.wallClock() + .milliseconds(20), Deadline.wallClock() - .seconds(60)] {
-      let timer = TimerSource(queue: queue)
-      let counts = Recorder<UInt>()
-      let fired = Event()
-      timer.setEventHandler { [unowned timer] in
-        counts.append(timer.fireCount)
-        fired.signal()
-      }
-      timer.schedule(start: start, leeway: .milliseconds(1))
-      timer.resume()
-      #expect(fired.wait())
-      queue.sync {}
-      #expect(counts.values == [1])
-      timer.cancel()
+      let counts = oneShotFireCounts(on: queue, start: start, leeway: .milliseconds(1))
+      #expect(counts == [1])
     }
   }
 
@@ -202,4 +180,27 @@ struct TimerSourceTests {
     }
     #expect(standardError(of: result).contains("the interval must be at least 1 nanosecond"))
   }
+}
+
+/// A one-shot timer on `queue` from `start`, resumed: expects it to fire, then runs `afterFire`,
+/// drains `queue` and cancels the timer. Returns the fire counts its handler saw.
+private func oneShotFireCounts(
+  on queue: Queue, start: Deadline, leeway: Duration = .zero, sourceLocation: SourceLocation = #_sourceLocation,
+  afterFire: () -> Void = {}
+) -> [UInt] {
+  let timer = TimerSource(queue: queue)
+  let counts = Recorder<UInt>()
+  let fired = Event()
+  timer.setEventHandler { [unowned timer] in
+    counts.append(timer.fireCount)
+    fired.signal()
+  }
+  timer.schedule(start: start, leeway: leeway)
+  timer.resume()
+  #expect(fired.wait(), sourceLocation: sourceLocation)
+  afterFire()
+  queue.sync {}
+  let values = counts.values
+  timer.cancel()
+  return values
 }

@@ -39,20 +39,17 @@ final class DispatchChannelHandle: ChannelHandle, @unchecked Sendable {  // Disp
   init(_ io: DispatchIO) { self.io = io }
 }
 
-private let dispatchQueueKey = DispatchSpecificKey<Int>()
-
 struct DispatchChannelDriver: ChannelDriver {
   var side: Side { .dispatch }
 
   func makeQueue(index: Int) -> AnyObject {
-    let queue = DispatchQueue(label: "differential.io.dispatch.\(index)", attributes: index == 1 ? .concurrent : [])
-    queue.setSpecific(key: dispatchQueueKey, value: index)
-    return queue
+    indexedDispatchQueue(
+      label: "differential.io.dispatch.\(index)", index: index, attributes: index == 1 ? .concurrent : [])
   }
 
   func sync(_ queue: AnyObject) { (queue as! DispatchQueue).sync(flags: .barrier) {} }
 
-  func currentQueue() -> Int? { DispatchQueue.getSpecific(key: dispatchQueueKey) }
+  func currentQueue() -> Int? { currentDispatchQueueIndex() }
 
   private func io(_ channel: ChannelHandle) -> DispatchIO { (channel as! DispatchChannelHandle).io }
 
@@ -114,20 +111,16 @@ final class GCDChannelHandle: ChannelHandle, @unchecked Sendable {  // IOChannel
   init(_ channel: IOChannel) { self.channel = channel }
 }
 
-private let gcdQueueKey = Queue.SpecificKey<Int>()
-
 struct GCDChannelDriver: ChannelDriver {
   var side: Side { .gcd }
 
   func makeQueue(index: Int) -> AnyObject {
-    let queue = Queue(label: "differential.io.gcd.\(index)", kind: index == 1 ? .concurrent : .serial)
-    queue.setSpecific(gcdQueueKey, index)
-    return queue
+    indexedGCDQueue(label: "differential.io.gcd.\(index)", index: index, kind: index == 1 ? .concurrent : .serial)
   }
 
   func sync(_ queue: AnyObject) { (queue as! Queue).syncBarrier {} }
 
-  func currentQueue() -> Int? { Queue.currentSpecific(gcdQueueKey) }
+  func currentQueue() -> Int? { currentGCDQueueIndex() }
 
   private func io(_ channel: ChannelHandle) -> IOChannel { (channel as! GCDChannelHandle).channel }
 

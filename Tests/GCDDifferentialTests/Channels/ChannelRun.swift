@@ -630,18 +630,9 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
 
   private func reuseNumber() {
     guard fixture == .socket else { return }
-    let live = state.withLock { state in
-      state.channels.indices.compactMap { id -> ChannelHandle? in
-        // A channel closed without stop is stopped too: a read it left waiting would hold the
-        // record past the reuse.
-        guard let handle = state.channels[id].handle, !state.channels[id].stopped else { return nil }
-        state.channels[id].closed = true
-        state.channels[id].stopped = true
-        return handle
-      }
-    }
-    for handle in live { driver.close(handle, stop: true) }
-    settle()
+    // A channel closed without stop is stopped too: a read it left waiting would hold the record
+    // past the reuse.
+    stopLiveChannels()
     let ended = waiter.wait(for: abandoned.contains("reuse") ? .zero : deadline) {
       state.withLock { state in
         state.channels.allSatisfy { !$0.cleanups.isEmpty } && state.ops.allSatisfy { $0.done || $0.endedByDrop }
@@ -667,6 +658,21 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
       state.originalFlags = Posix.statusFlags(state.descriptor)
       state.identity = Posix.identity(state.descriptor)!
     }
+  }
+
+  /// Closes with `stop: true` every channel that has a handle and is not stopped (marked closed and
+  /// stopped first), then settles.
+  private func stopLiveChannels() {
+    let live = state.withLock { state in
+      state.channels.indices.compactMap { id -> ChannelHandle? in
+        guard let handle = state.channels[id].handle, !state.channels[id].stopped else { return nil }
+        state.channels[id].closed = true
+        state.channels[id].stopped = true
+        return handle
+      }
+    }
+    for handle in live { driver.close(handle, stop: true) }
+    settle()
   }
 
   // MARK: Settling and observing
@@ -755,17 +761,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
 
   func settle() {
     for queue in queues { driver.sync(queue) }
-    // What timed out once is not waited for again (its line says so once), so that one hang costs
-    // one deadline and the later steps still wait for everything else.
-    var last: [String] = []
-    let done = waiter.wait(for: deadline) {
-      last = owed().filter { !abandoned.contains($0) }
-      return last.isEmpty
-    }
-    if !done {
-      timeouts.append("never delivered within the deadline: " + last.joined(separator: "; "))
-      abandoned.formUnion(last)
-    }
+    waiter.waitForOwed(for: deadline, abandoned: &abandoned, timeouts: &timeouts) { owed() }
     for queue in queues { driver.sync(queue) }
   }
 
@@ -865,16 +861,7 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     settle()
     // Channels closed without stop are stopped too: a write that waits for good (a terminal's
     // after its slave closed, on libdispatch) ends with ECANCELED rather than hold the number.
-    let live = state.withLock { state in
-      state.channels.indices.compactMap { id -> ChannelHandle? in
-        guard let handle = state.channels[id].handle, !state.channels[id].stopped else { return nil }
-        state.channels[id].closed = true
-        state.channels[id].stopped = true
-        return handle
-      }
-    }
-    for handle in live { driver.close(handle, stop: true) }
-    settle()
+    stopLiveChannels()
     state.withLock { state in
       for id in state.channels.indices { state.channels[id].handle = nil }
     }

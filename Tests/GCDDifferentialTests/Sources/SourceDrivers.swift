@@ -58,21 +58,17 @@ final class DispatchSourceHandle: SourceHandle, @unchecked Sendable {  // Dispat
   init(_ source: DispatchSourceProtocol) { self.source = source }
 }
 
-private let dispatchQueueKey = DispatchSpecificKey<Int>()
-
 struct DispatchSourceDriver: SourceDriver {
   var side: Side { .dispatch }
   var dropNeedsBalancing: Bool { true }
 
   func makeQueue(index: Int) -> AnyObject {
-    let queue = DispatchQueue(label: "differential.dispatch.\(index)")
-    queue.setSpecific(key: dispatchQueueKey, value: index)
-    return queue
+    indexedDispatchQueue(label: "differential.dispatch.\(index)", index: index)
   }
 
   func sync(_ queue: AnyObject) { (queue as! DispatchQueue).sync {} }
 
-  func currentQueue() -> Int? { DispatchQueue.getSpecific(key: dispatchQueueKey) }
+  func currentQueue() -> Int? { currentDispatchQueueIndex() }
 
   func create(_ kind: SourceKind, descriptor: Int32, queue: AnyObject) -> Result<SourceHandle, GCDErrorCode> {
     let queue = queue as! DispatchQueue
@@ -138,21 +134,15 @@ final class GCDSourceHandle: SourceHandle, @unchecked Sendable {  // GCD's sourc
   init(_ source: GCD.Source) { self.source = source }
 }
 
-private let gcdQueueKey = Queue.SpecificKey<Int>()
-
 struct GCDSourceDriver: SourceDriver {
   var side: Side { .gcd }
   var dropNeedsBalancing: Bool { false }
 
-  func makeQueue(index: Int) -> AnyObject {
-    let queue = Queue(label: "differential.gcd.\(index)")
-    queue.setSpecific(gcdQueueKey, index)
-    return queue
-  }
+  func makeQueue(index: Int) -> AnyObject { indexedGCDQueue(label: "differential.gcd.\(index)", index: index) }
 
   func sync(_ queue: AnyObject) { (queue as! Queue).sync {} }
 
-  func currentQueue() -> Int? { Queue.currentSpecific(gcdQueueKey) }
+  func currentQueue() -> Int? { currentGCDQueueIndex() }
 
   func create(_ kind: SourceKind, descriptor: Int32, queue: AnyObject) -> Result<SourceHandle, GCDErrorCode> {
     let queue = queue as! Queue

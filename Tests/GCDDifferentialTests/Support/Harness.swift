@@ -1,3 +1,5 @@
+import Dispatch
+import GCD
 import Synchronization
 import Testing
 
@@ -262,6 +264,24 @@ final class Waiter: Sendable {
       pause = min(pause * 2, 5000)
     }
   }
+
+  /// A run's `settle`: waits up to `deadline` until `owed` lists nothing that `abandoned` does not
+  /// hold. On a timeout, what is still owed goes to `timeouts`, in one line, and to `abandoned`:
+  /// what timed out once is not waited for again (its line says so once), so that one hang costs
+  /// one deadline and the later steps still wait for everything else.
+  func waitForOwed(
+    for deadline: Duration, abandoned: inout Set<String>, timeouts: inout [String], _ owed: () -> [String]
+  ) {
+    var last: [String] = []
+    let done = wait(for: deadline) {
+      last = owed().filter { !abandoned.contains($0) }
+      return last.isEmpty
+    }
+    if !done {
+      timeouts.append("never delivered within the deadline: " + last.joined(separator: "; "))
+      abandoned.formUnion(last)
+    }
+  }
 }
 
 /// Runs `body` on a new thread and returns its result.
@@ -284,3 +304,31 @@ private final class ThreadWork: Sendable {
   let body: @Sendable () -> Void
   init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 }
+
+// MARK: - The drivers' queues
+
+/// The key under which a driver's queues carry their index, on each side.
+private let dispatchQueueIndexKey = DispatchSpecificKey<Int>()
+private let gcdQueueIndexKey = Queue.SpecificKey<Int>()
+
+/// A driver's `makeQueue(index:)` through `import Dispatch`: a queue on which
+/// `currentDispatchQueueIndex()` is `index`.
+func indexedDispatchQueue(label: String, index: Int, attributes: DispatchQueue.Attributes = []) -> DispatchQueue {
+  let queue = DispatchQueue(label: label, attributes: attributes)
+  queue.setSpecific(key: dispatchQueueIndexKey, value: index)
+  return queue
+}
+
+/// A driver's `currentQueue()` through `import Dispatch`: the index of the queue running the caller,
+/// or nil.
+func currentDispatchQueueIndex() -> Int? { DispatchQueue.getSpecific(key: dispatchQueueIndexKey) }
+
+/// A driver's `makeQueue(index:)` through GCD: a queue on which `currentGCDQueueIndex()` is `index`.
+func indexedGCDQueue(label: String, index: Int, kind: Queue.Kind = .serial) -> Queue {
+  let queue = Queue(label: label, kind: kind)
+  queue.setSpecific(gcdQueueIndexKey, index)
+  return queue
+}
+
+/// A driver's `currentQueue()` through GCD: the index of the queue running the caller, or nil.
+func currentGCDQueueIndex() -> Int? { Queue.currentSpecific(gcdQueueIndexKey) }

@@ -41,9 +41,11 @@ enum Posix {
     return (master, slave)
   }
 
-  /// Takes the signals of `signals` pending for the process or this thread (`sigtimedwait`, no
-  /// wait, with them blocked in this thread meanwhile) and returns them.
-  static func drainPendingSignals(_ signals: [Int32]) -> [Int32] {
+  /// Takes the signals of `signals` pending for the process or this thread (`sigtimedwait`, with
+  /// them blocked in this thread meanwhile) and returns them. With `quiet`, it goes on until no
+  /// signal has come for that long: one still on its way (a handler that is about to send it to the
+  /// process again) is taken too.
+  static func drainPendingSignals(_ signals: [Int32], quiet: Duration = .zero) -> [Int32] {
     var set = sigset_t()
     sigemptyset(&set)
     for signal in signals { sigaddset(&set, signal) }
@@ -51,9 +53,10 @@ enum Posix {
     pthread_sigmask(SIG_BLOCK, &set, &old)
     defer { pthread_sigmask(SIG_SETMASK, &old, nil) }
     var taken: [Int32] = []
-    var now = timespec(tv_sec: 0, tv_nsec: 0)
+    let (seconds, attoseconds) = quiet.components
+    var wait = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
     while true {
-      let signal = sigtimedwait(&set, nil, &now)
+      let signal = sigtimedwait(&set, nil, &wait)
       if signal <= 0 { break }
       taken.append(signal)
     }

@@ -79,6 +79,12 @@ func childCheck(_ condition: Bool, _ message: @autoclosure () -> String) {
   if !condition { endChild("failed: \(message())") }
 }
 
+/// In a child that reports through `endChild`: what `body` returns, or, when it throws, the child
+/// ends with "failed: `error`".
+func childTry<T>(_ body: () throws -> T) -> T {
+  do { return try body() } catch { endChild("failed: \(error)") }
+}
+
 /// Whether this test process was built with AddressSanitizer or
 /// ThreadSanitizer (`make sanitize`): heavy loops run fewer rounds there,
 /// where every allocation and every dispatch call is several times slower.

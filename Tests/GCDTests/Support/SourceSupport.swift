@@ -176,6 +176,11 @@ final class TemporaryDirectory {
   }
 }
 
+/// A read and a write source on one descriptor (a connection's two), in that order, on `queue`.
+func makeReadAndWriteSources(on descriptor: Int32, queue: Queue) throws -> (reader: ReadSource, writer: WriteSource) {
+  (try ReadSource(fileDescriptor: descriptor, queue: queue), try WriteSource(fileDescriptor: descriptor, queue: queue))
+}
+
 /// A pseudo-terminal in raw mode, so that bytes cross it unchanged both ways: its master and its
 /// slave end, both blocking and close-on-exec, and the slave's name ("/dev/pts/3"), which is also
 /// what `/proc/self/fd` says of it.
