@@ -691,12 +691,13 @@ final class ChannelRun: @unchecked Sendable {  // all mutable state is in `state
     fixture.isDuplex && state.ops.contains { !$0.isRead && (!$0.done || $0.readerClosed || $0.behindLeftRead) }
   }
 
-  /// `IntendedDifference.stopWaitsForBarrier`: whether a barrier of channel `id` waits for an
-  /// operation that has not ended.
+  /// Whether a read is issued and not ended (neither done nor ended by a drop).
   private func readWaits(_ state: State) -> Bool {
     state.ops.contains { $0.isRead && !$0.done && !$0.endedByDrop }
   }
 
+  /// `IntendedDifference.stopWaitsForBarrier`: whether a barrier of channel `id` waits for an
+  /// operation that has not ended.
   private func barrierWaits(_ id: Int, _ state: State) -> Bool {
     // A write the reader's close or the hang-up caught ends on one side only: it counts as waiting.
     state.barriers.contains {
