@@ -22,7 +22,7 @@ extension PressureTests {
     @Test(
       "a child in a 48 MiB memory cgroup reading a 96 MiB file mapping makes .warning, then .normal once it stops",
       .enabled(if: canMakeMemoryPressure, needsMemoryPressure), .timeLimit(.minutes(1)))
-    func warningThenNormal() throws {
+    func warningThenNormal() async throws {
       let limited = try TestCgroup(under: memoryCgroupV1Mount!, settings: [("memory.limit_in_bytes", "\(48 << 20)")])
       defer { limited.remove() }
       let counted = try unifiedCgroupMount.map { try TestCgroup(under: $0) }
@@ -58,27 +58,33 @@ extension PressureTests {
       // seldom on the CPU in reclaim. Measured: `some` 600-900 ms a second, `full` about 6 (the
       // critical level needs 100); at nice 0 beside the busy loop `full` was 235.
       let pin = "{ command -v taskset > /dev/null && taskset -pc 0 $$ > /dev/null; }; "
-      let child = try spawnMappingReader(
+      let child = try await spawnMappingReader(
         in: [limited] + (counted.map { [$0] } ?? []), of: file, after: pin, niceOnceMapped: 19)
       defer { killAndReap(child) }
       // The busy loop beside it in the counted cgroup never waits for memory, so not every task there
       // stalls at once: `full` stays low and the level is `.warning`, not `.critical`.
       let busy = try counted.map { try spawnInCgroups([$0], pin + "while :; do :; done") }
       defer { if let busy { killAndReap(busy) } }
-      #expect(pressed.wait(timeout: .seconds(30)), "no .warning while the child thrashes: \(levels.values)")
-      #expect(!relieved.wait(timeout: .zero), "no .normal while the child thrashes")
-      #expect(earlyCancelled.wait(), "the second source saw the rise and cancelled itself")
+      // The waits here are awaited, not blocking: the test lasts seconds under load, and a blocked
+      // thread would be one of the cooperative pool's few.
+      #expect(
+        await eventually(timeout: .seconds(30)) { pressed.isSignaled },
+        "no .warning while the child thrashes: \(levels.values)")
+      #expect(!relieved.isSignaled, "no .normal while the child thrashes")
+      #expect(await eventually { earlyCancelled.isSignaled }, "the second source saw the rise and cancelled itself")
       if counted != nil {
         // The file is this test's own: the one source left holds its four descriptors, no more.
         let watched = scope.path(of: .memory)
-        #expect(pollUntil { pressureDescriptorCount(of: watched) == 4 }, "\(pressureDescriptors(of: watched))")
+        #expect(await eventually { pressureDescriptorCount(of: watched) == 4 }, "\(pressureDescriptors(of: watched))")
       }
       // Stop the pressure: kill the child and anything else in its memory cgroup.
       for pid in limited.processes { kill(pid, SIGKILL) }
       kill(child, SIGKILL)
-      #expect(pollUntil { limited.processes.isEmpty })
+      #expect(await eventually { limited.processes.isEmpty })
       busy.map { _ = kill($0, SIGKILL) }
-      #expect(relieved.wait(timeout: .seconds(20)), ".normal after a quiet window: \(levels.values)")
+      #expect(
+        await eventually(timeout: .seconds(20)) { relieved.isSignaled },
+        ".normal after a quiet window: \(levels.values)")
       let seen = levels.values
       if counted != nil && access("/usr/bin/taskset", X_OK) == 0 {
         #expect(seen.first == .warning, "\(seen)")

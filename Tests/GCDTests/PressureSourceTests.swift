@@ -49,7 +49,7 @@ extension PressureTests {
     @Test(
       "a trigger that never fires delivers nothing", .enabled(if: canMakeCPUPressure, needsCPUPressure),
       .timeLimit(.minutes(1)))
-    func quietCgroupDoesNotFire() throws {
+    func quietCgroupDoesNotFire() async throws {
       let cgroup = try TestCgroup(under: unifiedCgroupMount!)
       defer { cgroup.remove() }
       let source = try PressureSource(
@@ -59,14 +59,14 @@ extension PressureTests {
       source.setEventHandler { fired.signal() }
       source.resume()
       // An empty cgroup never stalls.
-      #expect(!fired.wait(timeout: .seconds(3)))
+      #expect(!(await eventually(timeout: .seconds(3)) { fired.isSignaled }))
       source.cancel()
     }
 
     @Test(
       "a removed cgroup ends the trigger without spinning", .enabled(if: canMakeCPUPressure, needsCPUPressure),
       .timeLimit(.minutes(1)))
-    func removedCgroupStopsFiring() throws {
+    func removedCgroupStopsFiring() async throws {
       let cgroup = try TestCgroup(under: unifiedCgroupMount!)
       let source = try PressureSource(
         resource: .cpu, threshold: .milliseconds(100), window: .seconds(2), scope: .cgroup(cgroup.path),
@@ -75,11 +75,11 @@ extension PressureTests {
       source.setEventHandler { count.increment() }
       source.resume()
       #expect(cgroup.remove())
-      #expect(!pollUntil(timeout: .seconds(1)) { count.current > 0 }, "a removed file is not a fire")
+      #expect(!(await eventually(timeout: .seconds(1)) { count.current > 0 }), "a removed file is not a fire")
       let cancelled = Event()
       source.setCancelHandler { cancelled.signal() }
       source.cancel()
-      #expect(cancelled.wait())
+      #expect(await eventually { cancelled.isSignaled })
     }
 
     @Test("every input the package or the kernel refuses throws", .enabled(if: pressureAvailable, needsPSI))

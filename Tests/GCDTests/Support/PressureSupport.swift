@@ -198,17 +198,16 @@ func makeSparseFile(_ path: String, size: Int) throws {
 /// target. `prelude` runs in the shell first (taskset's pinning outlives the `exec`). With
 /// `niceOnceMapped`, returns once the child has mapped the file, at that nice value: set before, it
 /// would slow the child's start (the loader, the Swift runtime) as much as its reading.
-@available(*, noasync, message: "blocks the thread")
 func spawnMappingReader(
   in cgroups: [TestCgroup], of file: String, after prelude: String = "", niceOnceMapped niceness: Int32? = nil
-) throws -> pid_t {
+) async throws -> pid_t {
   let reader = try #require(
     examplePath("ExampleMemoryPressure"),
     "ExampleMemoryPressure, whose child makes the pressure, is not built: run `swift build --build-tests` first")
   // The shell opens the file as descriptor 3 for the child alone (the test's own stays close-on-exec).
   let child = try spawnInCgroups(cgroups, prelude + "exec \(reader) --read-mapping 3 3< \(file)")
   guard let niceness else { return child }
-  let mapped = pollUntil {
+  let mapped = await eventually {
     String(decoding: contentsOfFile("/proc/\(child)/maps"), as: UTF8.self).contains(" \(file)\n")
   }
   guard mapped, setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(child), niceness) == 0 else {
