@@ -262,7 +262,7 @@ static int take(conn *c) {
   return armed;
 }
 
-// ---- io_uring (uring, uring-reap): raw system calls, no liburing ----
+// ---- io_uring (uring, uring-reap, uring-batch): raw system calls, no liburing ----
 // Each connection has one multishot IORING_OP_POLL_ADD (EPOLLIN | EPOLLRDHUP), submitted by the
 // reader, so its completions are posted by task work on the reader's thread. The et rule decides
 // the re-arm; a re-arm that must ask submits a one-shot poll of the connection (tagged bit 0).
