@@ -58,7 +58,7 @@ extension PressureTests {
       // seldom on the CPU in reclaim. Measured: `some` 600-900 ms a second, `full` about 6 (the
       // critical level needs 100); at nice 0 beside the busy loop `full` was 235.
       let pin = "{ command -v taskset > /dev/null && taskset -pc 0 $$ > /dev/null; }; "
-      let child = try await spawnMappingReader(
+      let child = try spawnMappingReader(
         in: [limited] + (counted.map { [$0] } ?? []), of: file, after: pin, niceOnceMapped: 19)
       defer { killAndReap(child) }
       // The busy loop beside it in the counted cgroup never waits for memory, so not every task there

@@ -198,16 +198,20 @@ func makeSparseFile(_ path: String, size: Int) throws {
 /// target. `prelude` runs in the shell first (taskset's pinning outlives the `exec`). With
 /// `niceOnceMapped`, returns once the child has mapped the file, at that nice value: set before, it
 /// would slow the child's start (the loader, the Swift runtime) as much as its reading.
+///
+/// It blocks the calling thread while it waits for the mapping (milliseconds), also from async code:
+/// an awaited poll would renice the child late, and the child, alone on its CPU at nice 0 meanwhile,
+/// would stall fully (`.critical`, where the test expects `.warning`).
 func spawnMappingReader(
   in cgroups: [TestCgroup], of file: String, after prelude: String = "", niceOnceMapped niceness: Int32? = nil
-) async throws -> pid_t {
+) throws -> pid_t {
   let reader = try #require(
     examplePath("ExampleMemoryPressure"),
     "ExampleMemoryPressure, whose child makes the pressure, is not built: run `swift build --build-tests` first")
   // The shell opens the file as descriptor 3 for the child alone (the test's own stays close-on-exec).
   let child = try spawnInCgroups(cgroups, prelude + "exec \(reader) --read-mapping 3 3< \(file)")
   guard let niceness else { return child }
-  let mapped = await eventually {
+  let mapped = pollUntil {
     String(decoding: contentsOfFile("/proc/\(child)/maps"), as: UTF8.self).contains(" \(file)\n")
   }
   guard mapped, setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(child), niceness) == 0 else {
