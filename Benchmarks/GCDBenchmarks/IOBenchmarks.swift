@@ -144,8 +144,10 @@ private func dispatchRead(_ channel: DispatchIO, length: Int, queue: DispatchQue
   }
 }
 
-/// `count` awaited one-byte reads, each of a byte written into `writeEnd` before the read.
-private func timedReadyReads(_ count: Int, _ writeEnd: Int32, _ read: @escaping @Sendable () async -> Int) -> Sample {
+/// `count` times: a byte written into `writeEnd` with write(2), then a one-byte `read` awaited (of
+/// that byte, already in the pipe, or of its echo, which another thread writes). Closes `writeEnd`.
+private func timedWriteThenRead(_ count: Int, _ writeEnd: Int32, _ read: @escaping @Sendable () async -> Int) -> Sample
+{
   let sample = timed(count) {
     var byte: UInt8 = 1
     for _ in 0..<count {
@@ -162,7 +164,7 @@ func gcdChannelUpToReady(_ count: Int) -> Sample {
   let (readEnd, writeEnd) = makeBenchPipe()
   let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: Queue(label: "bench.io.upto")) { close($0) }
   defer { channel.close() }
-  return timedReadyReads(count, writeEnd) { (try? await channel.read(upTo: 1))?.count ?? 0 }
+  return timedWriteThenRead(count, writeEnd) { (try? await channel.read(upTo: 1))?.count ?? 0 }
 }
 
 /// The same with `DispatchIO`, as a user bridges it: a continuation resumed by the read's end.
@@ -172,7 +174,7 @@ func dispatchChannelUpToReady(_ count: Int) -> Sample {
   let queue = DispatchQueue(label: "bench.io.upto")
   let channel = DispatchIO(type: .stream, fileDescriptor: readEnd, queue: queue) { _ in close(readEnd) }
   defer { channel.close() }
-  return timedReadyReads(count, writeEnd) {
+  return timedWriteThenRead(count, writeEnd) {
     await dispatchRead(channel, length: 1, queue: queue)
   }
 }
@@ -229,26 +231,12 @@ private func makeEcho() -> (toEcho: Int32, echoed: Int32) {
   return (toEcho, echoed)
 }
 
-/// `count` round trips through an echo thread: a byte written into `toEcho` with write(2), its
-/// echo taken by `read` (which must wait: the echo comes from another thread). Closes `toEcho`.
-private func timedEchoes(_ count: Int, _ toEcho: Int32, _ read: @escaping @Sendable () async -> Int) -> Sample {
-  let sample = timed(count) {
-    var byte: UInt8 = 1
-    for _ in 0..<count {
-      check(write(toEcho, &byte, 1) == 1, "write")
-      check(await read() == 1, "the echo")
-    }
-  }
-  close(toEcho)
-  return sample
-}
-
 @inline(never)
 func gcdChannelUpToWait(_ count: Int) -> Sample {
   let (toEcho, echoed) = makeEcho()
   let channel = IOChannel(fileDescriptor: echoed, type: .stream, queue: Queue(label: "bench.io.wait")) { close($0) }
   defer { channel.close() }
-  return timedEchoes(count, toEcho) { (try? await channel.read(upTo: 1))?.count ?? 0 }
+  return timedWriteThenRead(count, toEcho) { (try? await channel.read(upTo: 1))?.count ?? 0 }
 }
 
 @inline(never)
@@ -257,7 +245,7 @@ func dispatchChannelUpToWait(_ count: Int) -> Sample {
   let queue = DispatchQueue(label: "bench.io.wait")
   let channel = DispatchIO(type: .stream, fileDescriptor: echoed, queue: queue) { _ in close(echoed) }
   defer { channel.close() }
-  return timedEchoes(count, toEcho) { await dispatchRead(channel, length: 1, queue: queue) }
+  return timedWriteThenRead(count, toEcho) { await dispatchRead(channel, length: 1, queue: queue) }
 }
 
 /// A queue's thread reads `readEnd` with 64 KiB read(2) calls until the end; `write` is called

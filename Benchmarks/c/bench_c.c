@@ -329,22 +329,27 @@ EXPORT double bench_c_connection_cycle(int64_t n, double *extra) {
   return result;
 }
 
+// n times: a one-byte write(2) into `to`, then a one-byte read(2) from `from`; ns per time.
+static double write_then_read(int64_t n, int to, int from) {
+  int64_t start = now_ns();
+  for (int64_t i = 0; i < n; i++) {
+    char byte = 1;
+    check(write(to, &byte, 1) == 1, "write");
+    check(read(from, &byte, 1) == 1, "read");
+  }
+  return per_op(start, now_ns(), n);
+}
+
 // The floor under `channel_upto_ready`: a one-byte write(2) and the read(2) of that byte on a
 // non-blocking pipe, on one thread (what a hand-written engine that asks first pays).
 EXPORT double bench_c_pipe_read_ready(int64_t n, double *extra) {
   (void)extra;
   int fds[2];
   check(pipe2(fds, O_NONBLOCK) == 0, "pipe2");
-  int64_t start = now_ns();
-  for (int64_t i = 0; i < n; i++) {
-    char byte = 1;
-    check(write(fds[1], &byte, 1) == 1, "write");
-    check(read(fds[0], &byte, 1) == 1, "read");
-  }
-  int64_t end = now_ns();
+  double result = write_then_read(n, fds[1], fds[0]);
   close(fds[0]);
   close(fds[1]);
-  return per_op(start, end, n);
+  return result;
 }
 
 struct bench_echo { int from; int to; };
@@ -365,19 +370,13 @@ EXPORT double bench_c_pipe_echo(int64_t n, double *extra) {
   struct bench_echo echo = {toEcho[0], fromEcho[1]};
   pthread_t thread;
   check(pthread_create(&thread, NULL, bench_echo_thread, &echo) == 0, "pthread_create");
-  int64_t start = now_ns();
-  for (int64_t i = 0; i < n; i++) {
-    char byte = 1;
-    check(write(toEcho[1], &byte, 1) == 1, "write");
-    check(read(fromEcho[0], &byte, 1) == 1, "read");
-  }
-  int64_t end = now_ns();
+  double result = write_then_read(n, toEcho[1], fromEcho[0]);
   close(toEcho[1]);
   pthread_join(thread, NULL);
   close(toEcho[0]);
   close(fromEcho[0]);
   close(fromEcho[1]);
-  return per_op(start, end, n);
+  return result;
 }
 
 // A stream channel's one-byte read of a byte already in its pipe (`channel_read_ready`).
