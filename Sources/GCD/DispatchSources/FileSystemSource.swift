@@ -63,30 +63,7 @@ public struct FileSystemEvents: OptionSet, Sendable, Hashable, CustomStringConve
 /// Events are delivered from the first `resume()`.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_VNODE`.
-public final class FileSystemSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired, merged; it starts the source
-  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<FileSystemEvents> {
-    SourceEvents(source: self, element: { FileSystemEvents(rawValue: $0) })
-  }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<FileSystemEvents> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the events that fired, merged (`firedEvents`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (FileSystemEvents) -> Void) {
-    setValueHandler { handler(FileSystemEvents(rawValue: $0)) }
-  }
-
+public final class FileSystemSource: EventSetSource<FileSystemEvents>, @unchecked Sendable {
   /// The events the source watches (`mask`).
   public var watchedEvents: FileSystemEvents { watch.events }
   let watch: InotifyWatch
@@ -183,8 +160,6 @@ public final class FileSystemSource: Source, @unchecked Sendable {
   /// file is deleted or the source cancelled.
   public var path: String? { watch.path }
 
-  /// The events that fired since the handler last ran (merged).
-  public var firedEvents: FileSystemEvents { FileSystemEvents(rawValue: data) }
   /// The events the source watches, as a raw value.
   public override var mask: UInt { watchedEvents.rawValue }
   /// The descriptor given to `init(fileDescriptor:events:queue:)`, or the

@@ -298,6 +298,7 @@ public class Source: GCDObject, @unchecked Sendable {
   ///
   /// On a source a signal sequence started (it stays on the package's registration queue), the
   /// user's handler is sent on to the source's queue, with the value read where the event is.
+  @usableFromInline
   final func setValueHandler(_ handler: @escaping @Sendable (UInt) -> Void) {
     let state = state
     if sendsHandlersOn(state) {

@@ -66,6 +66,7 @@ public struct SourceEvents<Element: Sendable>: AsyncSequence, Sendable {
   let element: @Sendable (UInt) -> Element
 
   /// Starts the source (see the type's documentation).
+  @usableFromInline
   init(source: Source, element: @escaping @Sendable (UInt) -> Element) {
     self.element = element
     if source.startSequence() {

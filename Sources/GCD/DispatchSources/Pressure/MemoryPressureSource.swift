@@ -58,7 +58,7 @@ public struct MemoryPressureEvents: OptionSet, Sendable, Hashable, CustomStringC
 ///
 /// The corresponding C type is a `dispatch_source_t` of type
 /// `DISPATCH_SOURCE_TYPE_MEMORYPRESSURE` (Darwin only).
-public final class MemoryPressureSource: Source, @unchecked Sendable {
+public final class MemoryPressureSource: EventSetSource<MemoryPressureEvents>, @unchecked Sendable {
   /// The window both triggers measure over, and the quiet time before
   /// `.normal`: 2 s, the shortest the kernel accepts from a process without
   /// `CAP_SYS_RESOURCE` (and the period at which it evaluates such
@@ -68,30 +68,6 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
   public static let warningThreshold: Duration = .milliseconds(100)
   /// The `full` stall within `window` that reports `.critical`: 200 ms (10%).
   public static let criticalThreshold: Duration = .milliseconds(200)
-
-  /// The source's events as an `AsyncSequence` of levels (the latest level
-  /// when several changes merge); it starts the source, leaving the
-  /// loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<MemoryPressureEvents> {
-    SourceEvents(source: self, element: { MemoryPressureEvents(rawValue: $0) })
-  }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<MemoryPressureEvents> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the level the event reports (`firedEvents`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (MemoryPressureEvents) -> Void) {
-    setValueHandler { handler(MemoryPressureEvents(rawValue: $0)) }
-  }
 
   /// The levels the source reports (`mask`).
   public let watchedEvents: MemoryPressureEvents
@@ -142,8 +118,6 @@ public final class MemoryPressureSource: Source, @unchecked Sendable {
     super.init(created: created, queue: queue, watcher: watcher)
   }
 
-  /// The level the event being handled reports (the latest, when changes merged).
-  public var firedEvents: MemoryPressureEvents { MemoryPressureEvents(rawValue: data) }
   /// The levels the source reports, as a raw value.
   public override var mask: UInt { watchedEvents.rawValue }
 }

@@ -53,30 +53,7 @@ public struct ProcEvents: OptionSet, Sendable, Hashable, CustomStringConvertible
 /// first.
 ///
 /// The corresponding C type is a `dispatch_source_t` of type `DISPATCH_SOURCE_TYPE_PROC`.
-public final class ProcSource: Source, @unchecked Sendable {
-  /// The source's events as an `AsyncSequence` of the events that fired (`.exit`); it starts the source
-  /// (nothing that happens after the call is lost), leaving the loop cancels it (see `SourceEvents`).
-  public func makeEvents() -> SourceEvents<ProcEvents> {
-    SourceEvents(source: self, element: { ProcEvents(rawValue: $0) })
-  }
-
-  /// The source's events, as `makeEvents()` makes them. Deprecated: a property that starts the
-  /// source, and cancels it when dropped, reads as if it only looked; Swift names a factory `make…`.
-  @available(*, deprecated, renamed: "makeEvents()")
-  public var events: SourceEvents<ProcEvents> { makeEvents() }
-
-  /// Sets the closure run on the target queue for each (merged) event,
-  /// called with the events that fired (`firedEvents`): the value `makeEvents()` yields. The
-  /// handler gets it without capturing the source.
-  ///
-  /// - Parameter handler: The closure; it runs on the source's queue.
-  ///
-  /// The corresponding C functions are `dispatch_source_set_event_handler`
-  /// and `dispatch_source_get_data`.
-  public func setEventHandler(_ handler: @escaping @Sendable (ProcEvents) -> Void) {
-    setValueHandler { handler(ProcEvents(rawValue: $0)) }
-  }
-
+public final class ProcSource: EventSetSource<ProcEvents>, @unchecked Sendable {
   /// The watched process (from `init(pidfd:)`: the pidfd's, as `/proc/self/fdinfo` gives it;
   /// -1 when the process had been reaped already).
   public let pid: Int32
@@ -173,8 +150,6 @@ public final class ProcSource: Source, @unchecked Sendable {
     }
   }
 
-  /// The events that fired: what the event being handled reports (`.exit`).
-  public var firedEvents: ProcEvents { ProcEvents(rawValue: data) }
   /// The events the source watches, as a raw value.
   public override var mask: UInt { watchedEvents.rawValue }
   /// The watched pid.
