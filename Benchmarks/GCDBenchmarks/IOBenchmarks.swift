@@ -101,6 +101,12 @@ private func makeBenchPipe() -> (Int32, Int32) {
   return (ends[0], ends[1])
 }
 
+/// A stream channel over `descriptor` on a new queue labelled `label`; it closes the descriptor
+/// when it closes.
+private func closingStreamChannel(_ descriptor: Int32, label: String) -> IOChannel {
+  IOChannel(fileDescriptor: descriptor, type: .stream, queue: Queue(label: label)) { close($0) }
+}
+
 private func chunkBytes() -> UnsafeMutableRawBufferPointer {
   let memory = UnsafeMutableRawBufferPointer(start: malloc(mebibyte), count: mebibyte)
   memory.initializeMemory(as: UInt8.self, repeating: 0x78)
@@ -162,7 +168,7 @@ private func timedWriteThenRead(_ count: Int, _ writeEnd: Int32, _ read: @escapi
 @inline(never)
 func gcdChannelUpToReady(_ count: Int) -> Sample {
   let (readEnd, writeEnd) = makeBenchPipe()
-  let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: Queue(label: "bench.io.upto")) { close($0) }
+  let channel = closingStreamChannel(readEnd, label: "bench.io.upto")
   defer { channel.close() }
   return timedWriteThenRead(count, writeEnd) { (try? await channel.read(upTo: 1))?.count ?? 0 }
 }
@@ -195,7 +201,7 @@ private func timedWrites(_ count: Int, _ readEnd: Int32, _ write: @escaping @Sen
 @inline(never)
 func gcdChannelWriteReady(_ count: Int) -> Sample {
   let (readEnd, writeEnd) = makeBenchPipe()
-  let channel = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: Queue(label: "bench.io.write")) { close($0) }
+  let channel = closingStreamChannel(writeEnd, label: "bench.io.write")
   defer { channel.close() }
   let byte = DispatchBuffer([1])
   return timedWrites(count, readEnd) { (try? await channel.write(byte)) != nil }
@@ -234,7 +240,7 @@ private func makeEcho() -> (toEcho: Int32, echoed: Int32) {
 @inline(never)
 func gcdChannelUpToWait(_ count: Int) -> Sample {
   let (toEcho, echoed) = makeEcho()
-  let channel = IOChannel(fileDescriptor: echoed, type: .stream, queue: Queue(label: "bench.io.wait")) { close($0) }
+  let channel = closingStreamChannel(echoed, label: "bench.io.wait")
   defer { channel.close() }
   return timedWriteThenRead(count, toEcho) { (try? await channel.read(upTo: 1))?.count ?? 0 }
 }
@@ -281,7 +287,7 @@ private func timedPipeWrites(
 @inline(never)
 func gcdPipeWrites(_ count: Int) -> Sample {
   let (readEnd, writeEnd) = makeBenchPipe()
-  let channel = IOChannel(fileDescriptor: writeEnd, type: .stream, queue: Queue(label: "bench.io.w")) { close($0) }
+  let channel = closingStreamChannel(writeEnd, label: "bench.io.w")
   let chunk = DispatchBuffer([UInt8](repeating: 0x78, count: 1 << 16))
   return timedPipeWrites(count, readEnd, close: { channel.close() }) { (try? await channel.write(chunk)) != nil }
 }
@@ -336,7 +342,7 @@ private func timedPipeReads(_ count: Int, _ writeEnd: Int32, _ read: @escaping @
 @inline(never)
 func gcdPipeUpTo(_ count: Int) -> Sample {
   let (readEnd, writeEnd) = makeBenchPipe()
-  let channel = IOChannel(fileDescriptor: readEnd, type: .stream, queue: Queue(label: "bench.io.upto")) { close($0) }
+  let channel = closingStreamChannel(readEnd, label: "bench.io.upto")
   defer { channel.close() }
   return timedPipeReads(count, writeEnd) { (try? await channel.read(upTo: 1 << 16))?.count ?? 0 }
 }
