@@ -49,7 +49,7 @@ struct ValueSourceTests {
     }
   }
 
-  @Test("a timer made through ValueSource's makeEvents yields its fire count")
+  @Test("through ValueSource.makeEvents: a one-shot timer yields 1; leaving the loop cancels it")
   func eventsThroughTheBase() async throws {
     let timer = TimerSource(queue: Queue(label: "family.timer"))
     timer.schedule(start: .now)
@@ -67,7 +67,7 @@ struct ValueSourceTests {
 /// `EventSetSource`, the superclass of the sources whose event carries a set of flags.
 @Suite
 struct EventSetSourceTests {
-  @Test("through EventSetSource<ProcEvents>: the handler and firedEvents say .exit, data its raw value")
+  @Test("through EventSetSource<ProcEvents>: the handler and firedEvents in it say .exit")
   func processThroughTheBase() async throws {
     let child = try spawnProcess("/bin/sh", ["-c", "exit 0"])
     let base: EventSetSource<ProcEvents> = try ProcSource(pid: child, queue: Queue(label: "family.proc"))
@@ -97,7 +97,7 @@ struct EventSetSourceTests {
     #expect(values?.read == .write)
   }
 
-  @Test("a ProcSource made through EventSetSource's makeEvents yields [.exit] once, then ends")
+  @Test("through EventSetSource<ProcEvents>.makeEvents: .exit first; leaving the loop cancels the source")
   func eventsThroughTheBase() async throws {
     let child = try spawnProcess("/bin/sh", ["-c", "exit 0"])
     defer { _ = reapProcess(child) }
