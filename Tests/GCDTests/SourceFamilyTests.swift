@@ -81,12 +81,13 @@ struct EventSetSourceTests {
 
   @Test("through EventSetSource<FileSystemEvents>: a write's events in the handler and in firedEvents")
   func fileThroughTheBase() async throws {
-    let path = "/tmp/gcd-family-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-    let descriptor = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+    let directory = TemporaryDirectory()
+    let path = directory.file("watched")
+    let descriptor = open(path, O_WRONLY | O_CLOEXEC)
     try #require(descriptor >= 0)
     defer {
       close(descriptor)
-      unlink(path)
+      withExtendedLifetime(directory) {}  // removed on deinit: not before the source is done
     }
     let base: EventSetSource<FileSystemEvents> = try FileSystemSource(
       path: path, events: [.write], queue: Queue(label: "family.fs"))
