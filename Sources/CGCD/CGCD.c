@@ -39,6 +39,8 @@ int cgcd_pidfd_open(int pid, unsigned int flags) { return (int)syscall(SYS_pidfd
 
 int cgcd_o_path(void) { return O_PATH; }
 
+int cgcd_o_direct(void) { return O_DIRECT; }
+
 // The first word of a Swift closure as Swift passes it: its code (`stallSite`, Stall.swift).
 __attribute__((swiftcall)) uintptr_t cgcd_stall_site(cgcd_swift_closure_fn function, void *context) {
   (void)context;

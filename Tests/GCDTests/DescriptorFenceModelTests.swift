@@ -451,7 +451,7 @@ private final class FenceModel {
     }
   }
 
-  struct Outcome {
+  struct Outcome: Sendable {
     var states = 0
     var transitions = 0
     var statesAtRest = 0
@@ -502,13 +502,16 @@ private final class FenceModel {
   }
 }
 
-@Suite("DescriptorFence model")
+/// Serialized: one exploration at a time, each on a thread of its own (`onThreadOfItsOwn`).
+@Suite("DescriptorFence model", .serialized)
 struct DescriptorFenceModelTests {
-  /// The exploration (seconds of work in a debug build) on a queue of its own, off the cooperative
-  /// pool, whose two threads on this machine the other tests' tasks need.
+  /// The exploration (tens of seconds of work in a debug build, minutes under a sanitizer) on a
+  /// thread of its own: on a queue it held one of libdispatch's two pool threads on this machine
+  /// for up to 117 s, and the other tests' handlers, which need those threads, hit their time
+  /// limits (`GCD_STALL_REPORT=5s` named `fence.model.explore`).
   private func explore(_ model: FenceModel, stopAtLost: Bool = false) async -> FenceModel.Outcome {
     nonisolated(unsafe) let model = model
-    return await Queue(label: "fence.model.explore").run { model.explore(stopAtLost: stopAtLost) }
+    return await onThreadOfItsOwn { model.explore(stopAtLost: stopAtLost) }
   }
 
   @Test(

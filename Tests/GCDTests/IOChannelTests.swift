@@ -73,16 +73,6 @@ private func checksum(_ buffer: DispatchBuffer) -> UInt64 {
   return hash
 }
 
-/// Waits (without blocking a thread) until `condition` holds or the generous timeout passes.
-private func eventually(_ condition: @Sendable () -> Bool) async -> Bool {
-  let deadline = ContinuousClock.now + generousTimeout
-  while !condition() {
-    if ContinuousClock.now >= deadline { return false }
-    try? await Task.sleep(for: .milliseconds(2))
-  }
-  return true
-}
-
 /// What a read or write handler saw: each call's bytes, and the final errno.
 private final class Operation: Sendable {
   let deliveries = Mutex<[(done: Bool, count: Int)]>([])

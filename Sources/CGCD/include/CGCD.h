@@ -234,6 +234,14 @@ int cgcd_pidfd_open(int pid, unsigned int flags);
 /// module does not see it).
 int cgcd_o_path(void);
 
+/// `O_DIRECT` (also _GNU_SOURCE only): on a pipe, packet mode, where a read returns one write's
+/// packet and so can be short with more queued behind it.
+int cgcd_o_direct(void);
+
+/// `pipe2(2)` (declared under _GNU_SOURCE only): a pipe with `O_CLOEXEC`, `O_NONBLOCK` or
+/// `O_DIRECT` set at once.
+extern int cgcd_pipe2(int fds[_Nonnull 2], int flags) __asm__("pipe2");
+
 // MARK: - The main queue's run-loop interface
 
 /// libdispatch's run-loop interface, exported for CoreFoundation but not

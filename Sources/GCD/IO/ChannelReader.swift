@@ -44,12 +44,18 @@ struct ReadStateMachine: ~Copyable {
   private var received = 0
   /// For a random-access channel: where the next C read starts.
   private var offset = 0
-  /// How the channel's reading ended: nil while it goes on, 0 at end of
-  /// file, otherwise the errno value.
+  /// How the last read ended, for the next call when no call was waiting: 0 at end of file,
+  /// otherwise the errno value; nil when nothing is owed. A call takes it once: the end of file, or
+  /// an error, ends one call (the next reads again, as libdispatch's next read does; the reads of a
+  /// stopped channel end with `ECANCELED` each).
   private var ended: Int32?
   /// The task cancelled while waiting (the error that follows is its cancellation).
   private var cancelled = false
-  private var waiter: (continuation: Continuation, limit: Int)?
+  /// The waiting task's continuation, how much it asks for, and the number of its call (`nextCall`),
+  /// so that a cancellation reaches the wait of the task that was cancelled and no other.
+  private var waiter: (continuation: Continuation, limit: Int, call: UInt64)?
+  /// The number the next `read(upTo:)` call gets.
+  private var nextCall: UInt64 = 0
   /// The outcome for the waiter just woken, until it takes it.
   private var handoff: ReadOutcome?
   /// A caller reads on its own thread now (`StreamEngine.readNow`).
@@ -68,13 +74,25 @@ struct ReadStateMachine: ~Copyable {
     case stop
   }
 
-  /// A task asks for up to `limit` bytes.
-  mutating func read(upTo limit: Int, _ continuation: Continuation) -> Action {
+  /// A task waits for bytes (for tests).
+  var isWaiting: Bool { waiter != nil }
+
+  /// A number for a `read(upTo:)` call: its wait, and its cancellation, carry it.
+  mutating func newCall() -> UInt64 {
+    defer { nextCall &+= 1 }
+    return nextCall
+  }
+
+  /// Call `call` asks for up to `limit` bytes.
+  mutating func read(upTo limit: Int, call: UInt64, _ continuation: Continuation) -> Action {
     if waiter != nil || handoff != nil || readingInline { return .busy(continuation) }
     if !pending.isEmpty { return hand(.success(take(limit)), to: continuation) }
-    if let ended { return hand(outcome(ended), to: continuation) }
+    if let ended {
+      self.ended = nil
+      return hand(outcome(ended), to: continuation)
+    }
     if limit == 0 { return hand(.success(DispatchBuffer()), to: continuation) }
-    waiter = (continuation, limit)
+    waiter = (continuation, limit, call)
     return outstanding ? .none : start(limit)
   }
 
@@ -97,7 +115,6 @@ struct ReadStateMachine: ~Copyable {
     case nil: return nil
     case .bytes(let bytes): return .success(bytes)
     case .ended(let error):
-      ended = error
       return outcome(error)
     }
   }
@@ -123,7 +140,7 @@ struct ReadStateMachine: ~Copyable {
     if let data, !data.isEmpty {
       received += data.count
       pending.append(data)
-      if let (continuation, limit) = waiter {
+      if let (continuation, limit, _) = waiter {
         waiter = nil
         resume = hand(.success(take(limit)), to: continuation)
       }
@@ -136,9 +153,10 @@ struct ReadStateMachine: ~Copyable {
     } else if untilFirst ? received == 0 : received < requested {
       ended = 0
     }
-    if let (continuation, _) = waiter {
+    if let (continuation, _, _) = waiter {
       if let ended {
         waiter = nil
+        self.ended = nil
         return (hand(outcome(ended), to: continuation), .none)
       }
       return (resume, start(waiter!.limit))
@@ -146,9 +164,11 @@ struct ReadStateMachine: ~Copyable {
     return (resume, .none)
   }
 
-  /// The waiting task was cancelled.
-  mutating func cancel() -> Action {
-    guard waiter != nil else { return .none }
+  /// The task of call `call` was cancelled: its wait, if it is the one waiting, ends by stopping
+  /// the reads (the bytes in flight cannot be given back to the stream). A call that is not
+  /// waiting (it returned, or got `EBUSY` beside another task's wait) stops nothing.
+  mutating func cancel(call: UInt64) -> Action {
+    guard let waiter, waiter.call == call else { return .none }
     cancelled = true
     return .stop
   }

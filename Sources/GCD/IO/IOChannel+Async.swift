@@ -20,7 +20,13 @@ extension IOChannel {
   /// flight cannot be given back to the stream) and throws `GCDError` with
   /// `ECANCELED`; later calls throw `ECANCELED` too. The writes go on: a
   /// descriptor open for reading and writing (a socket) writes through a C
-  /// channel of its own, which the cancellation leaves alone.
+  /// channel of its own, which the cancellation leaves alone. A cancellation
+  /// reaches only its own call's wait: a call made by a task already
+  /// cancelled throws `ECANCELED` at once and stops nothing, and one that
+  /// got `EBUSY` beside another task's wait leaves that wait alone.
+  ///
+  /// The end of file, or a failed read, ends one call: the next call reads
+  /// again (a FIFO that gets a new writer, a terminal after Ctrl-D).
   ///
   /// - Parameter maximumLength: The most bytes to return (0 returns an empty buffer at once).
   /// - Returns: Between 1 and `maximumLength` bytes, or none at end of file.
@@ -48,17 +54,23 @@ extension IOChannel {
         return try Self.result(outcome, operation)
       }
     }
+    // A task cancelled before its call owns nothing of the channel's: it ends here, and the reads
+    // (another task's wait among them) go on.
+    if Task.isCancelled {
+      throw GCDError(operation: operation, errno: Errno.canceled, detail: "the task was cancelled")
+    }
     var busy = false
+    let call = reader.state.withLock { $0.newCall() }
     await withTaskCancellationHandler {
       await withCheckedContinuation { continuation in
-        let action = reader.state.withLock { $0.read(upTo: maximumLength, continuation) }
+        let action = reader.state.withLock { $0.read(upTo: maximumLength, call: call, continuation) }
         if case .busy = action { busy = true }
         perform(action, reader)
-        // A cancellation that came before the wait was registered found no waiter.
-        if Task.isCancelled { perform(reader.state.withLock { $0.cancel() }, reader) }
+        // A cancellation that came before the wait was registered found no waiter (this call's).
+        if Task.isCancelled { perform(reader.state.withLock { $0.cancel(call: call) }, reader) }
       }
     } onCancel: {
-      perform(reader.state.withLock { $0.cancel() }, reader)
+      perform(reader.state.withLock { $0.cancel(call: call) }, reader)
     }
     if busy {
       throw GCDError(
@@ -147,9 +159,12 @@ extension IOChannel {
   /// barrier) writes on the calling thread, and suspends only for the bytes
   /// the descriptor has no room for, which are written before any later write.
   ///
-  /// Cancelling the waiting task stops the channel's writes and throws
-  /// `GCDError` with `ECANCELED`. The reads go on: a descriptor open for
-  /// reading and writing (a socket) writes through a C channel of its own.
+  /// Cancelling the waiting task while the write is on its way stops the
+  /// channel's writes and throws `GCDError` with `ECANCELED`. A cancellation
+  /// that comes after the write ended stops nothing: the call returns its
+  /// result and the channel writes on. The reads go on either way: a
+  /// descriptor open for reading and writing (a socket) writes through a C
+  /// channel of its own.
   ///
   /// - Parameter data: The bytes to write.
   /// - Throws: `GCDError` with the errno of the failed write (`EPIPE` when
@@ -168,7 +183,7 @@ extension IOChannel {
       case .rest(let unwritten): rest = unwritten
       }
     }
-    let cancelled = Atomic(false)
+    let cancel = WriteCancellation()
     let error: Int32
     if let written {
       error = written
@@ -176,27 +191,31 @@ extension IOChannel {
       error = await withTaskCancellationHandler {
         await withCheckedContinuation { continuation in
           let handler: Handler = { done, _, error in
-            if done { continuation.resume(returning: error) }
+            if done {
+              cancel.ended()
+              continuation.resume(returning: error)
+            }
           }
           // On a stream channel the handler runs on the engine's queue: it only resumes this task.
-          if let rest, let engine {
-            engine.handOver(rest, queue: nil, handler: handler)
-          } else if let engine {
-            engine.write(data: data, queue: nil, handler: handler)
+          if let engine {
+            let operation = StreamEngine.WriteOperation(data: rest ?? data, queue: nil, handler: handler)
+            cancel.operation(operation, of: engine)
+            if rest != nil { engine.handOver(operation) } else { engine.write(operation) }
           } else {
             write(data: data, queue: .global(), handler: handler)
           }
         }
       } onCancel: {
-        cancelled.store(true, ordering: .sequentiallyConsistent)
-        stopWrites()
+        cancel.cancel(self)
       }
     }
-    if error == 0 { return }
-    let byCancel = error == Errno.canceled && cancelled.load(ordering: .sequentiallyConsistent)
+    // A cancellation that stopped the writes while this write was on its way ends it, whatever it
+    // wrote; one that came after it ended changed nothing.
+    let byCancel = cancel.stopped || (error == Errno.canceled && cancel.cancelled)
+    if error == 0 && !byCancel { return }
     throw GCDError(
-      operation: "IOChannel.write(\(data.count) bytes)", errno: error, detail: byCancel ? "the task was cancelled" : nil
-    )
+      operation: "IOChannel.write(\(data.count) bytes)", errno: byCancel ? Errno.canceled : error,
+      detail: byCancel ? "the task was cancelled" : nil)
   }
 
   /// Writes a copy of `bytes` and returns once all of it is written.
@@ -284,6 +303,61 @@ extension IOChannel {
     }
     deinit { if !finished.load(ordering: .acquiring) { channel.stopReads() } }
   }
+}
+
+/// The cancellation of one awaited `write(_:)`: a cancellation that comes before the write ended
+/// stops the channel's writes (on a stream channel, the engine checks on its queue that the write
+/// had not ended: `StreamEngine.cancelWrite`); one that comes after changes nothing.
+private final class WriteCancellation: Sendable {
+  private struct State {
+    var engine: StreamEngine?
+    var operation: StreamEngine.WriteOperation?
+    var ended = false
+    var cancelled = false
+    var stopped = false
+  }
+  private let state = Mutex(State())
+
+  /// The stream engine's operation that carries the write (a C channel's has none).
+  func operation(_ operation: StreamEngine.WriteOperation, of engine: StreamEngine) {
+    let cancelled = state.withLock { state in
+      (state.engine, state.operation) = (engine, operation)
+      return state.cancelled
+    }
+    // Cancelled before the operation existed: the engine stops the writes unless it has ended.
+    if cancelled { engine.cancelWrite(operation) }
+  }
+
+  /// The write's `done` call (any thread).
+  func ended() { state.withLock { $0.ended = true } }
+
+  /// The task was cancelled.
+  func cancel(_ channel: IOChannel) {
+    enum Step { case none, engine(StreamEngine, StreamEngine.WriteOperation), channel }
+    let step = state.withLock { state -> Step in
+      guard !state.ended else { return .none }
+      state.cancelled = true
+      if let engine = state.engine, let operation = state.operation { return .engine(engine, operation) }
+      // A C channel's write, not ended yet: its writes stop, and this call throws.
+      if state.engine == nil && state.operation == nil && channel.engine == nil {
+        state.stopped = true
+        return .channel
+      }
+      return .none
+    }
+    switch step {
+    case .none: break
+    case .engine(let engine, let operation): engine.cancelWrite(operation)
+    case .channel: channel.stopWrites()
+    }
+  }
+
+  /// This call's cancellation stopped the writes of a C channel (a stream engine's write reports
+  /// its own `ECANCELED`).
+  var stopped: Bool { state.withLock { $0.stopped } }
+
+  /// The task was cancelled before the write ended.
+  var cancelled: Bool { state.withLock { $0.cancelled } }
 }
 
 /// The bytes a `readAvailable(upTo:)` gathers: written by its handler calls on the channel reader's

@@ -6,8 +6,11 @@ extension IOChannel {
   /// Reads up to `length` bytes from a descriptor, once, without a channel
   /// of your own.
   ///
-  /// The handler runs once with all the bytes read (fewer at end of file)
-  /// and an errno value (`EBADF` for a descriptor that is not open). The
+  /// The handler runs once with the bytes read and an errno value (`EBADF`
+  /// for a descriptor that is not open). From a pipe, a socket or a
+  /// terminal it gets what is there as soon as there is something (3 bytes
+  /// of up to 100 when 3 are queued), as `dispatch_read` does; from a
+  /// regular file, `length` bytes or fewer at end of file. The
   /// descriptor must stay open until then; in the handler you may close it.
   /// (libdispatch's `dispatch_read` calls its handler while its internal
   /// record of the descriptor still exists and the descriptor is still
@@ -35,9 +38,16 @@ extension IOChannel {
       // The deliveries are gathered on a queue of the call's own, so that only `handler` runs on
       // `queue`.
       let gathered = Mutex(DispatchBuffer())
-      channel.read(length: length, queue: Queue(label: "GCD.IOChannel.read(fileDescriptor:)")) { done, data, error in
+      let handler: Handler = { done, data, error in
         if let data { gathered.withLock { $0.append(data) } }
         if done { finish(gathered.withLock { $0 }, error) }
+      }
+      let gatherer = Queue(label: "GCD.IOChannel.read(fileDescriptor:)")
+      // On a pipe, a socket or a terminal: what is there, as soon as there is something.
+      if let engine = channel.engine, length >= 0 {
+        engine.read(length: length, queue: gatherer, untilFirst: true, handler: handler)
+      } else {
+        channel.read(length: length, queue: gatherer, handler: handler)
       }
     }
   }

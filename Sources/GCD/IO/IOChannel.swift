@@ -58,9 +58,13 @@ import Synchronization
 ///
 /// A stream channel sets `O_NONBLOCK` on the descriptor and restores the
 /// original flags before the cleanup handler runs. Stream channels over one
-/// descriptor share its original flags, as libdispatch's channels share
-/// one record per descriptor: the flags are restored, and every one of
-/// those channels' cleanups runs, only when the last of them has ended.
+/// descriptor, and the one-shot calls over it, share one record of the open
+/// descriptor, as libdispatch's share its `fd_entry`: the flags are
+/// restored, and every one of those channels' cleanups runs, only when the
+/// last of them has ended; their writes never interleave (one write at a
+/// time writes, from its first byte to its end). A channel made over a
+/// number whose descriptor was closed under another channel and reused gets
+/// a record of its own (the package asks the kernel what the descriptor is).
 ///
 /// `Sendable`: libdispatch channels are thread-safe, and so is the stream
 /// engine (`StreamEngine`: its state is confined to a serial queue).

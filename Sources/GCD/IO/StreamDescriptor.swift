@@ -11,36 +11,127 @@ import Synchronization
 /// it. The table's lock is held while the flags are read, set and restored, so a channel made
 /// over the number while the last one ends reads the caller's flags, never the engine's.
 ///
-/// `@unchecked Sendable`: `flags` is set in `init`; the rest is guarded by `table`'s lock.
+/// **A record answers only for the descriptor it saw opened.** The package cannot see a number
+/// closed and reused behind its back (a user's `close` or `dup2` under an open channel), so a
+/// record keeps what the kernel says the descriptor is — its file (`st_dev`, `st_ino`) and its
+/// access mode — and a channel made over the number asks the kernel again (one `fstat`, one
+/// `fcntl`): a record whose descriptor is gone is left to the channels that still use it, out of
+/// the table, and the new channel makes a record of its own. A record whose descriptor is gone
+/// restores no flags and closes nothing when its last channel ends: the number is another file's.
+///
+/// **Each write whole.** The record's write turn (`takeWriteTurn`) is held by one engine at a
+/// time, from a write's first byte to its end, and passed on in the order asked: the writes of
+/// every channel and one-shot write over the descriptor never interleave (libdispatch's operation
+/// queue per descriptor and direction).
+///
+/// `@unchecked Sendable`: `flags` and `identity` are set in `init`; the rest is guarded by
+/// `table`'s lock, and the write turn by `turn`'s.
 final class StreamDescriptor: @unchecked Sendable {
   let descriptor: Int32
   /// The status flags before `O_NONBLOCK` was set; -1 when they could not be read.
   let flags: Int32
+  /// What the descriptor was when the record was made: its file and access mode (nil when `fstat`
+  /// failed).
+  private let identity: Identity?
   // Under `table`'s lock:
   private var users = 1
   private var closing = false
   private var cleanups: [Cleanup] = []
+  /// Out of the table: its descriptor was found closed (and its number reused).
+  private var gone = false
   private typealias Cleanup = (queue: Queue, body: @Sendable (Int32) -> Void)
+
+  /// Who writes now, and who asked next, in order.
+  private let turn = Mutex<(holder: StreamEngine?, waiting: [StreamEngine])>((nil, []))
 
   private static let table = Mutex<[Int32: StreamDescriptor]>([:])
 
-  private init(descriptor: Int32) {
+  /// A descriptor's file and access mode, as the kernel says now.
+  private struct Identity: Equatable {
+    var device: UInt64
+    var inode: UInt64
+    var accessMode: Int32
+
+    init?(_ descriptor: Int32) {
+      let mode = system_statusFlags(descriptor)
+      guard mode >= 0, let file = system_fstat(descriptor) else { return nil }
+      (device, inode, accessMode) = (file.device, file.inode, mode & system_accessMode)
+    }
+  }
+
+  private init(descriptor: Int32, identity: Identity?) {
     self.descriptor = descriptor
+    self.identity = identity
     flags = system_statusFlags(descriptor)
     if flags >= 0 && flags & system_nonBlocking == 0 { system_setStatusFlags(descriptor, flags | system_nonBlocking) }
   }
 
-  /// The record of `descriptor`, made (the descriptor made non-blocking) or joined.
+  /// The record of `descriptor`, made (the descriptor made non-blocking) or joined; a record over
+  /// the number whose descriptor is not this one (closed and reused since) is left out.
   static func join(_ descriptor: Int32) -> StreamDescriptor {
     table.withLock { table in
+      let identity = Identity(descriptor)
       if let record = table[descriptor] {
-        record.users += 1
-        return record
+        // The record's descriptor is non-blocking until its last channel ends: a descriptor of
+        // the same file and mode that is blocking was opened anew under the number.
+        if record.identity == identity && identity != nil && system_statusFlags(descriptor) & system_nonBlocking != 0 {
+          record.users += 1
+          return record
+        }
+        record.gone = true
       }
-      let record = StreamDescriptor(descriptor: descriptor)
+      let record = StreamDescriptor(descriptor: descriptor, identity: identity)
       table[descriptor] = record
       return record
     }
+  }
+
+  // MARK: The write turn
+
+  /// Takes the write turn for `engine` if nobody holds it; otherwise `engine` is next after those
+  /// already waiting, and `StreamEngine.writeTurnCame()` tells it when the turn is its. True: the
+  /// turn is `engine`'s now.
+  func takeWriteTurn(_ engine: StreamEngine) -> Bool {
+    turn.withLock { turn in
+      if turn.holder == nil {
+        turn.holder = engine
+        return true
+      }
+      turn.waiting.append(engine)
+      return false
+    }
+  }
+
+  /// Takes the write turn for `engine` only if nobody holds it or waits for it (a write on the
+  /// caller's thread, `StreamEngine.writeNow`).
+  func tryWriteTurn(_ engine: StreamEngine) -> Bool {
+    turn.withLock { turn in
+      guard turn.holder == nil, turn.waiting.isEmpty else { return false }
+      turn.holder = engine
+      return true
+    }
+  }
+
+  /// `engine` is done with the write turn: the next engine waiting gets it.
+  func giveBackWriteTurn(_ engine: StreamEngine) {
+    passOn(from: engine, holding: true)
+  }
+
+  /// `engine` ended while in line for the write turn, or holding it: it leaves the line, and a turn
+  /// it holds goes to the next engine waiting.
+  func withdrawFromWriteTurn(_ engine: StreamEngine) {
+    passOn(from: engine, holding: false)
+  }
+
+  private func passOn(from engine: StreamEngine, holding: Bool) {
+    let next = turn.withLock { turn -> StreamEngine? in
+      precondition(!holding || turn.holder === engine, "GCD: IOChannel: a write turn given back by a non-holder")
+      turn.waiting.removeAll { $0 === engine }
+      guard turn.holder === engine else { return nil }
+      turn.holder = turn.waiting.isEmpty ? nil : turn.waiting.removeFirst()
+      return turn.holder
+    }
+    next?.writeTurnCame()
   }
 
   /// One more user of a record that has one already (a channel made from a channel that has not
@@ -68,9 +159,12 @@ final class StreamDescriptor: @unchecked Sendable {
       self.closing = self.closing || closing
       users -= 1
       guard users == 0 else { return nil }
-      table[self.descriptor] = nil
-      if flags >= 0 { system_setStatusFlags(self.descriptor, flags) }
-      return (cleanups, self.closing)
+      // The number is another descriptor's when this one was closed under its channels: a newer
+      // record may stand in the table, and neither the flags nor the descriptor are this record's.
+      let ours = !gone && identity != nil && Identity(self.descriptor) == identity
+      if !gone { table[self.descriptor] = nil }
+      if ours && flags >= 0 { system_setStatusFlags(self.descriptor, flags) }
+      return (cleanups, self.closing && ours)
     }
     guard let last else { return }
     let descriptor = self.descriptor

@@ -16,7 +16,8 @@ import Synchronization
 /// their operations named, submitted from `queue` in the order of the bytes.
 ///
 /// **Order.** Reads run one at a time in the order submitted, writes likewise, the two directions
-/// at once. A barrier waits until every operation submitted before it has ended; operations
+/// at once. A write writes only while it holds its descriptor's write turn (`StreamDescriptor`),
+/// which every channel and one-shot write over the descriptor shares: writes never interleave. A barrier waits until every operation submitted before it has ended; operations
 /// submitted after it wait in `later` until it has run (on `queue`, the descriptor usable).
 ///
 /// **Handlers.** Each operation's handler calls run one after another, in order, on the queue it
@@ -131,6 +132,8 @@ final class StreamEngine: @unchecked Sendable {
     var unreported = 0
     /// The channel's low-water mark when the write was submitted (as a read's).
     var lowWater = Int.max
+    /// Its `done` call was sent: a cancellation of its task comes too late to stop anything.
+    var completed = false
     /// - Parameter queue: Where the handler runs; nil: on the engine's queue (`HandlerCalls`), for
     ///   `IOChannel.write(_:)`, whose handler only resumes the waiting task.
     init(data: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
@@ -160,7 +163,10 @@ final class StreamEngine: @unchecked Sendable {
   private var readWaiting = false
   private var writeSource: WriteSource?
   private var writeWaiting = false
-  /// How the reads ended: 0 at end of file, otherwise the error; nil while they go on.
+  /// Why no read can ever succeed (a descriptor open for writing only, a read source that could not
+  /// be made): every read ends with it; nil while they can. The end of file, or a failed `read(2)`,
+  /// ends one read only: the next reads again (a FIFO's new writer, a terminal after Ctrl-D), as
+  /// libdispatch's next read does.
   private var readEnded: Int32?
   /// Why the writes cannot go on (a write source that could not be made, a terminal hung up); 0
   /// while they can.
@@ -172,6 +178,11 @@ final class StreamEngine: @unchecked Sendable {
   private var readMayHaveMore = true
   /// In the write source's handler: the descriptor said it was writable (or hung up).
   private var writeWoken = false
+  /// This engine holds its descriptor's write turn (`StreamDescriptor.takeWriteTurn`): its first
+  /// write may write. Taken before a write's first byte, given back when it ends.
+  private var holdsWriteTurn = false
+  /// This engine asked for the write turn and waits for it (`writeTurnCame`).
+  private var awaitingWriteTurn = false
   private var readsStopped = false
   private var writesStopped = false
   private var closed = false
@@ -198,13 +209,14 @@ final class StreamEngine: @unchecked Sendable {
     var kick = false
     /// The high-water mark in force (a borrowed read takes no more).
     var highWater = Int.max
-    /// What a borrowed read found for the engine to take over: the end of the reads (0 at end of
-    /// file, otherwise the errno), and whether it found the descriptor empty.
-    var ended: Int32?
+    /// What a borrowed read found for the engine to take over: whether it found the descriptor
+    /// empty.
     var emptied = false
     /// The unwritten rest of a borrowed write that found no room: the engine runs it before every
     /// write submitted while the door was borrowed (`handOver`).
     var writeRest: WriteOperation?
+    /// The descriptor's record, whose write turn a borrowed write takes (set with the write door).
+    var record: StreamDescriptor?
   }
   /// Locked briefly by the submitting threads, the borrower and `run()`.
   private let door = Mutex(Door())
@@ -271,8 +283,23 @@ final class StreamEngine: @unchecked Sendable {
   }
 
   func write(data: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
-    let operation = WriteOperation(data: data, queue: queue, handler: handler)
+    write(WriteOperation(data: data, queue: queue, handler: handler))
+  }
+
+  func write(_ operation: WriteOperation) {
     submitting(reads: false) { self.submit(.write(operation)) }
+  }
+
+  /// The task awaiting `operation` (`IOChannel.write(_:)`) was cancelled: unless the write has
+  /// already ended, the writes stop, as `stopWrites()`; a write that ended is left as it ended, and
+  /// the channel as it was.
+  func cancelWrite(_ operation: WriteOperation) {
+    submitting(reads: false) {
+      guard !operation.completed else { return self.run() }
+      self.writesStopped = true
+      if self.writeOnly { self.markClosed() }
+      self.run()
+    }
   }
 
   func barrier(_ body: @escaping @Sendable () -> Void) {
@@ -347,7 +374,7 @@ final class StreamEngine: @unchecked Sendable {
   enum ReadNow {
     /// Bytes, at least one.
     case bytes(DispatchBuffer)
-    /// The end of the reads: 0 at end of file, otherwise the errno; every later read ends so too.
+    /// The end of file (0) or a failed read (the errno): this read's end; the next reads again.
     case ended(Int32)
   }
 
@@ -369,10 +396,6 @@ final class StreamEngine: @unchecked Sendable {
     let found: ReadNow? = bytes.map { .bytes($0) } ?? (emptied ? nil : .ended(error))
     let kick = door.withLock { door in
       door.readBorrowed = false
-      if case .ended(let error) = found {
-        door.ended = error
-        door.readOpen = false
-      }
       if emptied { door.emptied = true }
       defer { door.kick = false }
       return door.kick
@@ -396,12 +419,17 @@ final class StreamEngine: @unchecked Sendable {
   /// the engine's own writes: `write(2)` of each region until all is written, the descriptor has
   /// no room (`EAGAIN`: the rest is handed over) or an error.
   func writeNow(_ data: DispatchBuffer) -> WriteNow {
-    let borrowed = door.withLock { door in
-      guard door.writeOpen, !door.writeBorrowed else { return false }
+    let record: StreamDescriptor? = door.withLock { door in
+      guard door.writeOpen, !door.writeBorrowed, let record = door.record else { return nil }
       door.writeBorrowed = true
-      return true
+      return record
     }
-    guard borrowed else { return .closed }
+    guard let record else { return .closed }
+    // Another channel or one-shot write over the descriptor is writing: queue behind it.
+    guard record.tryWriteTurn(self) else {
+      releaseWriteDoor(rest: nil)
+      return .closed
+    }
     var written = 0
     var error: Int32 = 0
     data.enumerateRegions { bytes, _ in
@@ -421,15 +449,17 @@ final class StreamEngine: @unchecked Sendable {
       }
       return true
     }
+    // The rest keeps the write turn: the engine takes it over with the rest (`takeDoor`).
     if error == Errno.wouldBlock { return .rest(data.extracting(written..<data.count)) }
+    record.giveBackWriteTurn(self)
     releaseWriteDoor(rest: nil)
     return .written(error)
   }
 
   /// The rest of a borrowed write (`writeNow`'s `.rest`) becomes the engine's first write; its
   /// handler calls come as a submitted write's.
-  func handOver(_ rest: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
-    releaseWriteDoor(rest: WriteOperation(data: rest, queue: queue, handler: handler))
+  func handOver(_ rest: WriteOperation) {
+    releaseWriteDoor(rest: rest)
   }
 
   private func releaseWriteDoor(rest: WriteOperation?) {
@@ -464,16 +494,17 @@ final class StreamEngine: @unchecked Sendable {
   /// and says which direction a caller borrows now (the borrower runs the engine again when it
   /// returns).
   private func takeDoor() -> (reads: Bool, writes: Bool) {
-    let (readBorrowed, writeBorrowed, ended, emptied, rest) = door.withLock { door in
+    let (readBorrowed, writeBorrowed, emptied, rest) = door.withLock { door in
       if door.readBorrowed || door.writeBorrowed { door.kick = true }
-      defer { (door.ended, door.emptied, door.writeRest) = (nil, false, nil) }
-      return (door.readBorrowed, door.writeBorrowed, door.ended, door.emptied, door.writeRest)
+      defer { (door.emptied, door.writeRest) = (false, nil) }
+      return (door.readBorrowed, door.writeBorrowed, door.emptied, door.writeRest)
     }
-    if let ended, readEnded == nil { readEnded = ended }
     if emptied { readMayHaveMore = false }
     if let rest {
       rest.lowWater = writeLowWater
       writes.insert(rest, at: 0)
+      // The borrower took the descriptor's write turn for it (`writeNow`).
+      holdsWriteTurn = true
     }
     return (readBorrowed, writeBorrowed)
   }
@@ -490,7 +521,9 @@ final class StreamEngine: @unchecked Sendable {
       if reading && !door.readBorrowed && door.readsOnTheWay == 0 {
         (door.readOpen, door.highWater) = (true, highWater)
       }
-      if writing && !door.writeBorrowed && door.writeRest == nil && door.writesOnTheWay == 0 { door.writeOpen = true }
+      if writing && !door.writeBorrowed && door.writeRest == nil && door.writesOnTheWay == 0 {
+        (door.writeOpen, door.record) = (true, record)
+      }
     }
   }
 
@@ -502,7 +535,9 @@ final class StreamEngine: @unchecked Sendable {
     case .write(let operation): operation.lowWater = writeLowWater
     case .barrier: break
     }
-    if closed {
+    // A barrier after `close()` still waits for what was submitted before it (libdispatch's does);
+    // once the engine is finishing, nothing is left to wait for.
+    if closed && (!item.isBarrier || finishing) {
       refuse(item)
     } else if later.isEmpty, !item.isBarrier {
       place(item)
@@ -512,7 +547,8 @@ final class StreamEngine: @unchecked Sendable {
     run()
   }
 
-  /// An operation submitted after `close`: it ends at once with `ECANCELED` (a barrier still runs).
+  /// An operation submitted after `close`: it ends at once with `ECANCELED` (a barrier submitted once
+  /// the engine is finishing runs at once).
   private func refuse(_ item: Item) {
     switch item {
     case .read(let operation): send(operation, done: true, data: nil, error: Errno.canceled)
@@ -605,7 +641,9 @@ final class StreamEngine: @unchecked Sendable {
           waitReadable()
           return
         }
-        readEnded = error
+        // The end of file, or a failed read, ends this read; the next one asks the descriptor again.
+        complete(operation, error: error)
+        (readMayHaveMore, hasRead, available) = (true, false, nil)
         continue
       }
       let got = bytes.count
@@ -632,6 +670,18 @@ final class StreamEngine: @unchecked Sendable {
       if writesStopped || writeFailure != 0 {
         complete(operation, error: writesStopped ? Errno.canceled : writeFailure)
         continue
+      }
+      // Each write whole: it writes only while it holds the descriptor's write turn, shared by
+      // every channel and one-shot write over the descriptor (libdispatch's operation queue per
+      // descriptor and direction).
+      if !holdsWriteTurn {
+        guard !awaitingWriteTurn, let record else { break }
+        if record.takeWriteTurn(self) {
+          holdsWriteTurn = true
+        } else {
+          awaitingWriteTurn = true
+          break
+        }
       }
       var written = 0
       var error: Int32 = 0
@@ -669,6 +719,7 @@ final class StreamEngine: @unchecked Sendable {
         send(operation, done: false, data: operation.rest, error: 0)
       }
     }
+    if writes.isEmpty { giveBackWriteTurn() }
     if writeWaiting, let writeSource {
       writeWaiting = false
       writeSource.suspend()
@@ -694,10 +745,31 @@ final class StreamEngine: @unchecked Sendable {
     send(operation, done: true, data: operation.pending, error: error)
   }
 
-  /// Ends the first write: nil data when every byte was written, otherwise the rest.
+  /// Ends the first write: nil data when every byte was written, otherwise the rest. The
+  /// descriptor's write turn goes to the next writer.
   private func complete(_ operation: WriteOperation, error: Int32) {
     writes.removeFirst()
+    operation.completed = true
+    giveBackWriteTurn()
     send(operation, done: true, data: error == 0 ? nil : operation.rest, error: error)
+  }
+
+  /// The write turn of the descriptor goes to the next writer over it, if this engine holds it.
+  private func giveBackWriteTurn() {
+    guard holdsWriteTurn else { return }
+    holdsWriteTurn = false
+    record?.giveBackWriteTurn(self)
+  }
+
+  /// The descriptor's write turn came to this engine, which asked for it (`StreamDescriptor`).
+  func writeTurnCame() {
+    queue.async {
+      // Ended meanwhile: `end()` gave the turn on (`withdrawFromWriteTurn`).
+      guard self.record != nil else { return }
+      self.awaitingWriteTurn = false
+      self.holdsWriteTurn = true
+      self.run()
+    }
   }
 
   private func take(_ count: Int, from operation: ReadOperation) -> DispatchBuffer {
@@ -835,6 +907,10 @@ final class StreamEngine: @unchecked Sendable {
       cleanupQueue.async { cleanup(-1) }
       return
     }
+    // Stopped writes end without the turn: an engine still in line for it leaves the line (and
+    // gives on a turn handed to it meanwhile), or every later writer over the descriptor waits.
+    if awaitingWriteTurn || holdsWriteTurn { record.withdrawFromWriteTurn(self) }
+    (awaitingWriteTurn, holdsWriteTurn) = (false, false)
     self.record = nil
     record.leave(closing: closing, cleanupQueue: cleanupQueue, cleanup: cleanup)
   }

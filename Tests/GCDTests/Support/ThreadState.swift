@@ -45,3 +45,32 @@ func waitUntilBlocked(thread: pid_t, timeout: Duration = generousTimeout) -> Boo
   }
   return false
 }
+
+/// Runs `body` on a thread made for it (not libdispatch's pool, not the cooperative pool) and
+/// returns its result once it has ended: for seconds of CPU work that would otherwise hold one of
+/// the two pool threads this machine has, which the other tests' queues and tasks need.
+func onThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+  await withCheckedContinuation { (continuation: CheckedContinuation<T, Never>) in
+    let work = Unmanaged.passRetained(ThreadWork { continuation.resume(returning: body()) }).toOpaque()
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    // The model's breadth-first search recurses little, but keep libdispatch's 512 KiB at least.
+    pthread_attr_setstacksize(&attributes, 8 << 20)
+    var thread = pthread_t()
+    let created = pthread_create(
+      &thread, &attributes,
+      { context in
+        Unmanaged<ThreadWork>.fromOpaque(context!).takeRetainedValue().run()
+        return nil
+      }, work)
+    pthread_attr_destroy(&attributes)
+    precondition(created == 0, "pthread_create: \(created)")
+  }
+}
+
+/// The body of `onThreadOfItsOwn`, handed to the new thread once, by `pthread_create`.
+private final class ThreadWork: Sendable {
+  let run: @Sendable () -> Void
+  init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+}
