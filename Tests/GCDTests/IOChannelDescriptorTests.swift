@@ -200,6 +200,34 @@ extension IOChannelTests {
   }
 
   @Test(
+    "a read submitted after close() behind a waiting barrier ends with ECANCELED after the barrier, as libdispatch's",
+    .timeLimit(.minutes(1)))
+  func refusedReadWaitsForBarrier() async throws {
+    let fds = makePipe()
+    defer { close(fds.write) }
+    let channel = IOChannel(fileDescriptor: fds.read, type: .stream, queue: Queue(label: "t")) { close($0) }
+    let order = Mutex<[String]>([])
+    let events = Queue(label: "h")
+    channel.read(length: 1, queue: events) { done, _, error in
+      if done { order.withLock { $0.append("read \(error)") } }
+    }
+    channel.barrier { order.withLock { $0.append("barrier") } }
+    channel.close()
+    channel.read(length: 1, queue: events) { done, _, error in
+      if done { order.withLock { $0.append("late read \(error)") } }
+    }
+    // The first read waits for a byte; the barrier waits for it, and the late read for the barrier.
+    // (The engine's queue has taken every submission before the byte comes.)
+    await channel.engine!.queue.run {}
+    writeAll(fds.write, [1])
+    #expect(await eventually { order.withLock { $0.count } == 3 })
+    // (The first read's handler runs on `events`, not ordered with the barrier's body.)
+    let seen = order.withLock { $0 }
+    #expect(Set(seen) == ["read 0", "barrier", "late read \(ECANCELED)"])
+    #expect(seen.firstIndex(of: "barrier")! < seen.firstIndex(of: "late read \(ECANCELED)")!)
+  }
+
+  @Test(
     "a channel over a number whose descriptor was closed under another channel, and reused, reads the new descriptor",
     .timeLimit(.minutes(1)))
   func reusedNumberReadsNewDescriptor() async throws {
@@ -225,6 +253,59 @@ extension IOChannelTests {
     first.close()
     withExtendedLifetime((first, second)) {}
     close(number)
+  }
+
+  @Test(
+    "a write(_:) by a task already cancelled throws ECANCELED and stops nothing: a pipe, a socket",
+    .timeLimit(.minutes(1)), arguments: [false, true])
+  func alreadyCancelledWriteStopsNothing(socket: Bool) async throws {
+    var pair: [Int32] = [-1, -1]
+    if socket {
+      #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+    } else {
+      let fds = makePipe()
+      pair = [fds.write, fds.read]
+    }
+    defer { close(pair[1]) }
+    let channel = IOChannel(fileDescriptor: pair[0], type: .stream, queue: Queue(label: "t")) { close($0) }
+    let cancelled = Task {
+      withUnsafeCurrentTask { $0?.cancel() }
+      try await channel.write([1, 2, 3])
+    }
+    await #expect(throws: GCDError.self) { try await cancelled.value }
+    // A task that was never cancelled writes.
+    try await channel.write([9, 9])
+    #expect(await readOnThread(pair[1], count: 2) == [9, 9])
+  }
+
+  @Test(
+    "two channels reading one pipe: a read submitted while another channel's read runs waits for it, as io.c's",
+    .timeLimit(.minutes(1)))
+  func readsOverOneDescriptorStayInOrder() async throws {
+    for round in 0..<5 {
+      let fds = makePipe()
+      let first = IOChannel(fileDescriptor: fds.read, type: .stream, queue: Queue(label: "a")) { _ in }
+      let second = IOChannel(fileDescriptor: fds.read, type: .stream, queue: Queue(label: "b")) { _ in }
+      let a = Outcome()
+      let b = Outcome()
+      first.read(length: 10, queue: Queue(label: "ha"), handler: a.handler)
+      writeAll(fds.write, Array("hello".utf8))
+      #expect(await eventually { a.received.count == 5 })
+      second.read(length: 5, queue: Queue(label: "hb"), handler: b.handler)
+      // The second engine has taken its read before the rest comes.
+      await second.engine!.queue.run {}
+      writeAll(fds.write, Array("world".utf8))
+      #expect(await eventually { a.finished.isSignaled })
+      #expect(a.received == Array("helloworld".utf8), "round \(round): second got \(b.received)")
+      // Then the second read reads.
+      writeAll(fds.write, Array("again".utf8))
+      #expect(await eventually { b.finished.isSignaled })
+      #expect(b.received == Array("again".utf8))
+      first.close(stop: true)
+      second.close(stop: true)
+      withExtendedLifetime((first, second)) {}
+      close(fds.write)
+    }
   }
 
   @Test(

@@ -162,7 +162,8 @@ extension IOChannel {
   /// Cancelling the waiting task while the write is on its way stops the
   /// channel's writes and throws `GCDError` with `ECANCELED`. A cancellation
   /// that comes after the write ended stops nothing: the call returns its
-  /// result and the channel writes on. The reads go on either way: a
+  /// result and the channel writes on. A call made by a task already
+  /// cancelled throws `ECANCELED` at once and stops nothing. The reads go on either way: a
   /// descriptor open for reading and writing (a socket) writes through a C
   /// channel of its own.
   ///
@@ -172,11 +173,17 @@ extension IOChannel {
   ///
   /// The corresponding C function is `dispatch_io_write`.
   public func write(_ data: DispatchBuffer) async throws(GCDError) {
+    // A task cancelled before its call owns nothing of the channel's: it ends here, and the writes
+    // (other tasks' among them) go on.
+    if Task.isCancelled {
+      throw GCDError(
+        operation: "IOChannel.write(\(data.count) bytes)", errno: Errno.canceled, detail: "the task was cancelled")
+    }
     // A stream channel with no write pending: write on this thread, and wait only for the rest
     // that finds no room (`StreamEngine.writeNow`).
     var rest: DispatchBuffer?
     var written: Int32?
-    if let engine, !Task.isCancelled {
+    if let engine {
       switch engine.writeNow(data) {
       case .closed: break
       case .written(let error): written = error

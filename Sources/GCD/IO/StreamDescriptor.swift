@@ -19,13 +19,14 @@ import Synchronization
 /// the table, and the new channel makes a record of its own. A record whose descriptor is gone
 /// restores no flags and closes nothing when its last channel ends: the number is another file's.
 ///
-/// **Each write whole.** The record's write turn (`takeWriteTurn`) is held by one engine at a
-/// time, from a write's first byte to its end, and passed on in the order asked: the writes of
-/// every channel and one-shot write over the descriptor never interleave (libdispatch's operation
-/// queue per descriptor and direction).
+/// **One operation at a time per direction.** Each direction's turn (`takeTurn`) is held by one
+/// engine at a time, from an operation's first byte to its end, and passed on in the order asked:
+/// the writes of every channel and one-shot write over the descriptor never interleave, and a read
+/// of one channel never takes bytes from the middle of another's (libdispatch's operation queue per
+/// descriptor and direction).
 ///
 /// `@unchecked Sendable`: `flags` and `identity` are set in `init`; the rest is guarded by
-/// `table`'s lock, and the write turn by `turn`'s.
+/// `table`'s lock, and the turns by `turns`'.
 final class StreamDescriptor: @unchecked Sendable {
   let descriptor: Int32
   /// The status flags before `O_NONBLOCK` was set; -1 when they could not be read.
@@ -41,8 +42,8 @@ final class StreamDescriptor: @unchecked Sendable {
   private var gone = false
   private typealias Cleanup = (queue: Queue, body: @Sendable (Int32) -> Void)
 
-  /// Who writes now, and who asked next, in order.
-  private let turn = Mutex<(holder: StreamEngine?, waiting: [StreamEngine])>((nil, []))
+  /// Who reads and who writes now, and who asked next, in order.
+  private let turns = Mutex(Turns())
 
   private static let table = Mutex<[Int32: StreamDescriptor]>([:])
 
@@ -86,52 +87,63 @@ final class StreamDescriptor: @unchecked Sendable {
     }
   }
 
-  // MARK: The write turn
+  // MARK: The turns
 
-  /// Takes the write turn for `engine` if nobody holds it; otherwise `engine` is next after those
-  /// already waiting, and `StreamEngine.writeTurnCame()` tells it when the turn is its. True: the
+  /// A direction of the descriptor, each with its turn.
+  enum Direction {
+    case reads, writes
+  }
+
+  /// One direction's turn: who holds it, and who asked next, in order.
+  struct Turn {
+    var holder: StreamEngine?
+    var waiting: [StreamEngine] = []
+  }
+
+  /// Takes `direction`'s turn for `engine` if nobody holds it; otherwise `engine` is next after
+  /// those already waiting, and `StreamEngine.turnCame(_:)` tells it when the turn is its. True: the
   /// turn is `engine`'s now.
-  func takeWriteTurn(_ engine: StreamEngine) -> Bool {
-    turn.withLock { turn in
-      if turn.holder == nil {
-        turn.holder = engine
+  func takeTurn(_ direction: Direction, for engine: StreamEngine) -> Bool {
+    turns.withLock { turns in
+      if turns[direction].holder == nil {
+        turns[direction].holder = engine
         return true
       }
-      turn.waiting.append(engine)
+      turns[direction].waiting.append(engine)
       return false
     }
   }
 
-  /// Takes the write turn for `engine` only if nobody holds it or waits for it (a write on the
-  /// caller's thread, `StreamEngine.writeNow`).
-  func tryWriteTurn(_ engine: StreamEngine) -> Bool {
-    turn.withLock { turn in
-      guard turn.holder == nil, turn.waiting.isEmpty else { return false }
-      turn.holder = engine
+  /// Takes `direction`'s turn for `engine` only if nobody holds it or waits for it (a read or write
+  /// on the caller's thread, `StreamEngine.readNow` and `writeNow`).
+  func tryTurn(_ direction: Direction, for engine: StreamEngine) -> Bool {
+    turns.withLock { turns in
+      guard turns[direction].holder == nil, turns[direction].waiting.isEmpty else { return false }
+      turns[direction].holder = engine
       return true
     }
   }
 
-  /// `engine` is done with the write turn: the next engine waiting gets it.
-  func giveBackWriteTurn(_ engine: StreamEngine) {
-    passOn(from: engine, holding: true)
+  /// `engine` is done with `direction`'s turn: the next engine waiting gets it.
+  func giveBackTurn(_ direction: Direction, from engine: StreamEngine) {
+    passOn(direction, from: engine, holding: true)
   }
 
-  /// `engine` ended while in line for the write turn, or holding it: it leaves the line, and a turn
-  /// it holds goes to the next engine waiting.
-  func withdrawFromWriteTurn(_ engine: StreamEngine) {
-    passOn(from: engine, holding: false)
+  /// `engine` ended while in line for `direction`'s turn, or holding it: it leaves the line, and a
+  /// turn it holds goes to the next engine waiting.
+  func withdraw(_ direction: Direction, _ engine: StreamEngine) {
+    passOn(direction, from: engine, holding: false)
   }
 
-  private func passOn(from engine: StreamEngine, holding: Bool) {
-    let next = turn.withLock { turn -> StreamEngine? in
-      precondition(!holding || turn.holder === engine, "GCD: IOChannel: a write turn given back by a non-holder")
-      turn.waiting.removeAll { $0 === engine }
-      guard turn.holder === engine else { return nil }
-      turn.holder = turn.waiting.isEmpty ? nil : turn.waiting.removeFirst()
-      return turn.holder
+  private func passOn(_ direction: Direction, from engine: StreamEngine, holding: Bool) {
+    let next = turns.withLock { turns -> StreamEngine? in
+      precondition(!holding || turns[direction].holder === engine, "GCD: IOChannel: a turn given back by a non-holder")
+      turns[direction].waiting.removeAll { $0 === engine }
+      guard turns[direction].holder === engine else { return nil }
+      turns[direction].holder = turns[direction].waiting.isEmpty ? nil : turns[direction].waiting.removeFirst()
+      return turns[direction].holder
     }
-    next?.writeTurnCame()
+    next?.turnCame(direction)
   }
 
   /// One more user of a record that has one already (a channel made from a channel that has not
@@ -170,5 +182,20 @@ final class StreamDescriptor: @unchecked Sendable {
     let descriptor = self.descriptor
     if last.closing { system_close(descriptor) }
     for (queue, body) in last.cleanups { queue.async { body(descriptor) } }
+  }
+}
+
+extension StreamDescriptor {
+  /// The two directions' turns.
+  struct Turns {
+    var reads = Turn()
+    var writes = Turn()
+
+    subscript(direction: Direction) -> Turn {
+      get { direction == .reads ? reads : writes }
+      set {
+        if direction == .reads { reads = newValue } else { writes = newValue }
+      }
+    }
   }
 }

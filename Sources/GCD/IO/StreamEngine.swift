@@ -146,6 +146,9 @@ final class StreamEngine: @unchecked Sendable {
     case read(ReadOperation)
     case write(WriteOperation)
     case barrier(@Sendable () -> Void)
+    /// A read or write submitted after `close()` behind a barrier that waits: it ends with
+    /// `ECANCELED` in its turn, once the barrier ran (libdispatch's channel queue holds it there).
+    indirect case refused(Item)
   }
 
   // On `queue`:
@@ -178,11 +181,12 @@ final class StreamEngine: @unchecked Sendable {
   private var readMayHaveMore = true
   /// In the write source's handler: the descriptor said it was writable (or hung up).
   private var writeWoken = false
-  /// This engine holds its descriptor's write turn (`StreamDescriptor.takeWriteTurn`): its first
-  /// write may write. Taken before a write's first byte, given back when it ends.
-  private var holdsWriteTurn = false
-  /// This engine asked for the write turn and waits for it (`writeTurnCame`).
-  private var awaitingWriteTurn = false
+  /// This engine holds its descriptor's read or write turn (`StreamDescriptor.takeTurn`): its first
+  /// read or write may use the descriptor. Taken before an operation's first byte, given back when
+  /// it ends.
+  private var holdsTurn = (reads: false, writes: false)
+  /// This engine asked for a turn and waits for it (`turnCame`).
+  private var awaitingTurn = (reads: false, writes: false)
   private var readsStopped = false
   private var writesStopped = false
   private var closed = false
@@ -215,7 +219,7 @@ final class StreamEngine: @unchecked Sendable {
     /// The unwritten rest of a borrowed write that found no room: the engine runs it before every
     /// write submitted while the door was borrowed (`handOver`).
     var writeRest: WriteOperation?
-    /// The descriptor's record, whose write turn a borrowed write takes (set with the write door).
+    /// The descriptor's record, whose turn a borrowed read or write takes (set with the doors).
     var record: StreamDescriptor?
   }
   /// Locked briefly by the submitting threads, the borrower and `run()`.
@@ -383,17 +387,23 @@ final class StreamEngine: @unchecked Sendable {
   /// caller submits a read as usual). The engine's read order holds: a read submitted before this
   /// call closed the door, and one submitted while it runs waits until it has returned.
   func readNow(upTo limit: Int) -> ReadNow? {
-    let highWater: Int? = door.withLock { door in
-      guard door.readOpen, !door.readBorrowed else { return nil }
+    let borrowed: (highWater: Int, record: StreamDescriptor)? = door.withLock { door in
+      guard door.readOpen, !door.readBorrowed, let record = door.record else { return nil }
       door.readBorrowed = true
-      return door.highWater
+      return (door.highWater, record)
     }
-    guard let highWater else { return nil }
-    // At most what the engine asks for when it asks first; as the engine reads (the read source
-    // is suspended: no read is running).
-    let (bytes, error) = readChunk(min(limit, highWater, StreamEngine.askFirstBytes))
-    let emptied = bytes == nil && error == Errno.wouldBlock
-    let found: ReadNow? = bytes.map { .bytes($0) } ?? (emptied ? nil : .ended(error))
+    guard let (highWater, record) = borrowed else { return nil }
+    var found: ReadNow?
+    var emptied = false
+    // Another channel's read over the descriptor runs: none here (the caller queues behind it).
+    if record.tryTurn(.reads, for: self) {
+      // At most what the engine asks for when it asks first; as the engine reads (the read source
+      // is suspended: no read is running).
+      let (bytes, error) = readChunk(min(limit, highWater, StreamEngine.askFirstBytes))
+      record.giveBackTurn(.reads, from: self)
+      emptied = bytes == nil && error == Errno.wouldBlock
+      found = bytes.map { .bytes($0) } ?? (emptied ? nil : .ended(error))
+    }
     let kick = door.withLock { door in
       door.readBorrowed = false
       if emptied { door.emptied = true }
@@ -426,7 +436,7 @@ final class StreamEngine: @unchecked Sendable {
     }
     guard let record else { return .closed }
     // Another channel or one-shot write over the descriptor is writing: queue behind it.
-    guard record.tryWriteTurn(self) else {
+    guard record.tryTurn(.writes, for: self) else {
       releaseWriteDoor(rest: nil)
       return .closed
     }
@@ -451,7 +461,7 @@ final class StreamEngine: @unchecked Sendable {
     }
     // The rest keeps the write turn: the engine takes it over with the rest (`takeDoor`).
     if error == Errno.wouldBlock { return .rest(data.extracting(written..<data.count)) }
-    record.giveBackWriteTurn(self)
+    record.giveBackTurn(.writes, from: self)
     releaseWriteDoor(rest: nil)
     return .written(error)
   }
@@ -504,7 +514,7 @@ final class StreamEngine: @unchecked Sendable {
       rest.lowWater = writeLowWater
       writes.insert(rest, at: 0)
       // The borrower took the descriptor's write turn for it (`writeNow`).
-      holdsWriteTurn = true
+      holdsTurn.writes = true
     }
     return (readBorrowed, writeBorrowed)
   }
@@ -519,7 +529,7 @@ final class StreamEngine: @unchecked Sendable {
     let highWater = highWater
     door.withLock { door in
       if reading && !door.readBorrowed && door.readsOnTheWay == 0 {
-        (door.readOpen, door.highWater) = (true, highWater)
+        (door.readOpen, door.highWater, door.record) = (true, highWater, record)
       }
       if writing && !door.writeBorrowed && door.writeRest == nil && door.writesOnTheWay == 0 {
         (door.writeOpen, door.record) = (true, record)
@@ -533,27 +543,31 @@ final class StreamEngine: @unchecked Sendable {
     switch item {
     case .read(let operation): (operation.lowWater, operation.highWater) = (readLowWater, highWater)
     case .write(let operation): operation.lowWater = writeLowWater
-    case .barrier: break
+    case .barrier, .refused: break
     }
-    // A barrier after `close()` still waits for what was submitted before it (libdispatch's does);
-    // once the engine is finishing, nothing is left to wait for.
-    if closed && (!item.isBarrier || finishing) {
+    // After `close()`: a read or write ends with `ECANCELED`, in its turn behind a barrier that
+    // waits; a barrier still waits for what was submitted before it (libdispatch's do both); once
+    // the engine is finishing, nothing is left to wait for.
+    if closed && (finishing || (later.isEmpty && !item.isBarrier)) {
       refuse(item)
     } else if later.isEmpty, !item.isBarrier {
       place(item)
     } else {
-      later.append(item)
+      later.append(closed && !item.isBarrier ? .refused(item) : item)
     }
     run()
   }
 
-  /// An operation submitted after `close`: it ends at once with `ECANCELED` (a barrier submitted once
-  /// the engine is finishing runs at once).
+  /// An operation submitted after `close`: it ends with `ECANCELED`, at once or in its turn behind a
+  /// barrier (a barrier submitted once the engine is finishing runs at once).
   private func refuse(_ item: Item) {
     switch item {
     case .read(let operation): send(operation, done: true, data: nil, error: Errno.canceled)
-    case .write(let operation): send(operation, done: true, data: operation.rest, error: Errno.canceled)
+    case .write(let operation):
+      operation.completed = true
+      send(operation, done: true, data: operation.rest, error: Errno.canceled)
     case .barrier(let body): body()
+    case .refused(let item): refuse(item)
     }
   }
 
@@ -562,6 +576,7 @@ final class StreamEngine: @unchecked Sendable {
     case .read(let operation): reads.append(operation)
     case .write(let operation): writes.append(operation)
     case .barrier: preconditionFailure("GCD: IOChannel: a barrier placed among running operations")
+    case .refused(let item): refuse(item)
     }
   }
 
@@ -613,6 +628,9 @@ final class StreamEngine: @unchecked Sendable {
         complete(operation, error: 0)
         continue
       }
+      // It reads only while it holds the descriptor's read turn: another channel's read over the
+      // descriptor runs to its end first (libdispatch's operation queue per descriptor).
+      guard hasTurn(.reads) else { break }
       // Outside the source's handler, after a read that may have left bytes: ask the descriptor
       // first, up to 64 KiB (a read that says EAGAIN costs one call; the source, an arm, an
       // event and a hop).
@@ -657,6 +675,7 @@ final class StreamEngine: @unchecked Sendable {
         deliver(operation)
       }
     }
+    if reads.isEmpty { giveBackTurn(.reads) }
     if readWaiting, let readSource {
       readWaiting = false
       readSource.suspend()
@@ -674,15 +693,7 @@ final class StreamEngine: @unchecked Sendable {
       // Each write whole: it writes only while it holds the descriptor's write turn, shared by
       // every channel and one-shot write over the descriptor (libdispatch's operation queue per
       // descriptor and direction).
-      if !holdsWriteTurn {
-        guard !awaitingWriteTurn, let record else { break }
-        if record.takeWriteTurn(self) {
-          holdsWriteTurn = true
-        } else {
-          awaitingWriteTurn = true
-          break
-        }
-      }
+      guard hasTurn(.writes) else { break }
       var written = 0
       var error: Int32 = 0
       operation.rest.enumerateRegions { bytes, _ in
@@ -719,7 +730,7 @@ final class StreamEngine: @unchecked Sendable {
         send(operation, done: false, data: operation.rest, error: 0)
       }
     }
-    if writes.isEmpty { giveBackWriteTurn() }
+    if writes.isEmpty { giveBackTurn(.writes) }
     if writeWaiting, let writeSource {
       writeWaiting = false
       writeSource.suspend()
@@ -739,6 +750,7 @@ final class StreamEngine: @unchecked Sendable {
   /// `done` with `error`.
   private func complete(_ operation: ReadOperation, error: Int32) {
     reads.removeFirst()
+    giveBackTurn(.reads)
     while operation.pending.count > operation.highWater {
       send(operation, done: false, data: take(operation.highWater, from: operation), error: 0)
     }
@@ -750,24 +762,43 @@ final class StreamEngine: @unchecked Sendable {
   private func complete(_ operation: WriteOperation, error: Int32) {
     writes.removeFirst()
     operation.completed = true
-    giveBackWriteTurn()
+    giveBackTurn(.writes)
     send(operation, done: true, data: error == 0 ? nil : operation.rest, error: error)
   }
 
-  /// The write turn of the descriptor goes to the next writer over it, if this engine holds it.
-  private func giveBackWriteTurn() {
-    guard holdsWriteTurn else { return }
-    holdsWriteTurn = false
-    record?.giveBackWriteTurn(self)
+  /// Whether this engine holds `direction`'s turn of its descriptor, taking it if it is free; if
+  /// not, the engine is in line for it and `turnCame` runs it again.
+  private func hasTurn(_ direction: StreamDescriptor.Direction) -> Bool {
+    if direction == .reads ? holdsTurn.reads : holdsTurn.writes { return true }
+    guard !(direction == .reads ? awaitingTurn.reads : awaitingTurn.writes), let record else { return false }
+    let taken = record.takeTurn(direction, for: self)
+    if direction == .reads {
+      (holdsTurn.reads, awaitingTurn.reads) = (taken, !taken)
+    } else {
+      (holdsTurn.writes, awaitingTurn.writes) = (taken, !taken)
+    }
+    return taken
   }
 
-  /// The descriptor's write turn came to this engine, which asked for it (`StreamDescriptor`).
-  func writeTurnCame() {
+  /// `direction`'s turn of the descriptor goes to the next engine in line, if this engine holds it.
+  private func giveBackTurn(_ direction: StreamDescriptor.Direction) {
+    guard direction == .reads ? holdsTurn.reads : holdsTurn.writes else { return }
+    if direction == .reads { holdsTurn.reads = false } else { holdsTurn.writes = false }
+    record?.giveBackTurn(direction, from: self)
+  }
+
+  /// The descriptor's `direction` turn came to this engine, which asked for it (`StreamDescriptor`).
+  func turnCame(_ direction: StreamDescriptor.Direction) {
     queue.async {
-      // Ended meanwhile: `end()` gave the turn on (`withdrawFromWriteTurn`).
+      // Ended meanwhile: `end()` gave the turn on (`withdraw`).
       guard self.record != nil else { return }
-      self.awaitingWriteTurn = false
-      self.holdsWriteTurn = true
+      if direction == .reads {
+        (self.holdsTurn.reads, self.awaitingTurn.reads) = (true, false)
+        // Bytes may have come while another engine read: ask the descriptor first.
+        self.readMayHaveMore = true
+      } else {
+        (self.holdsTurn.writes, self.awaitingTurn.writes) = (true, false)
+      }
       self.run()
     }
   }
@@ -907,10 +938,11 @@ final class StreamEngine: @unchecked Sendable {
       cleanupQueue.async { cleanup(-1) }
       return
     }
-    // Stopped writes end without the turn: an engine still in line for it leaves the line (and
-    // gives on a turn handed to it meanwhile), or every later writer over the descriptor waits.
-    if awaitingWriteTurn || holdsWriteTurn { record.withdrawFromWriteTurn(self) }
-    (awaitingWriteTurn, holdsWriteTurn) = (false, false)
+    // Stopped operations end without a turn: an engine still in line for one leaves the line (and
+    // gives on a turn handed to it meanwhile), or every later user of the descriptor waits.
+    if awaitingTurn.reads || holdsTurn.reads { record.withdraw(.reads, self) }
+    if awaitingTurn.writes || holdsTurn.writes { record.withdraw(.writes, self) }
+    (awaitingTurn, holdsTurn) = ((false, false), (false, false))
     self.record = nil
     record.leave(closing: closing, cleanupQueue: cleanupQueue, cleanup: cleanup)
   }
