@@ -43,7 +43,7 @@ final class StreamDescriptor: @unchecked Sendable {
   private typealias Cleanup = (queue: Queue, body: @Sendable (Int32) -> Void)
 
   /// Who reads and who writes now, and who asked next, in order.
-  private let turns = Mutex(Turns())
+  private let turns = Mutex(PerDirection(Turn()))
 
   private static let table = Mutex<[Int32: StreamDescriptor]>([:])
 
@@ -185,17 +185,17 @@ final class StreamDescriptor: @unchecked Sendable {
   }
 }
 
-extension StreamDescriptor {
-  /// The two directions' turns.
-  struct Turns {
-    var reads = Turn()
-    var writes = Turn()
+/// A value for each direction of a descriptor.
+struct PerDirection<Value> {
+  var reads: Value
+  var writes: Value
 
-    subscript(direction: Direction) -> Turn {
-      get { direction == .reads ? reads : writes }
-      set {
-        if direction == .reads { reads = newValue } else { writes = newValue }
-      }
+  init(_ value: Value) { (reads, writes) = (value, value) }
+
+  subscript(direction: StreamDescriptor.Direction) -> Value {
+    get { direction == .reads ? reads : writes }
+    set {
+      if direction == .reads { reads = newValue } else { writes = newValue }
     }
   }
 }

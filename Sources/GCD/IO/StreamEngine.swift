@@ -181,12 +181,15 @@ final class StreamEngine: @unchecked Sendable {
   private var readMayHaveMore = true
   /// In the write source's handler: the descriptor said it was writable (or hung up).
   private var writeWoken = false
-  /// This engine holds its descriptor's read or write turn (`StreamDescriptor.takeTurn`): its first
-  /// read or write may use the descriptor. Taken before an operation's first byte, given back when
-  /// it ends.
-  private var holdsTurn = (reads: false, writes: false)
-  /// This engine asked for a turn and waits for it (`turnCame`).
-  private var awaitingTurn = (reads: false, writes: false)
+  /// What this engine knows of its descriptor's turn in one direction (`StreamDescriptor.takeTurn`).
+  struct TurnState {
+    /// It holds the turn: its first operation of the direction may use the descriptor. Taken
+    /// before an operation's first byte, given back when it ends.
+    var holds = false
+    /// It asked for the turn and waits for it (`turnCame`).
+    var awaiting = false
+  }
+  private var turn = PerDirection(TurnState())
   private var readsStopped = false
   private var writesStopped = false
   private var closed = false
@@ -514,7 +517,7 @@ final class StreamEngine: @unchecked Sendable {
       rest.lowWater = writeLowWater
       writes.insert(rest, at: 0)
       // The borrower took the descriptor's write turn for it (`writeNow`).
-      holdsTurn.writes = true
+      turn.writes.holds = true
     }
     return (readBorrowed, writeBorrowed)
   }
@@ -769,21 +772,17 @@ final class StreamEngine: @unchecked Sendable {
   /// Whether this engine holds `direction`'s turn of its descriptor, taking it if it is free; if
   /// not, the engine is in line for it and `turnCame` runs it again.
   private func hasTurn(_ direction: StreamDescriptor.Direction) -> Bool {
-    if direction == .reads ? holdsTurn.reads : holdsTurn.writes { return true }
-    guard !(direction == .reads ? awaitingTurn.reads : awaitingTurn.writes), let record else { return false }
+    if turn[direction].holds { return true }
+    guard !turn[direction].awaiting, let record else { return false }
     let taken = record.takeTurn(direction, for: self)
-    if direction == .reads {
-      (holdsTurn.reads, awaitingTurn.reads) = (taken, !taken)
-    } else {
-      (holdsTurn.writes, awaitingTurn.writes) = (taken, !taken)
-    }
+    (turn[direction].holds, turn[direction].awaiting) = (taken, !taken)
     return taken
   }
 
   /// `direction`'s turn of the descriptor goes to the next engine in line, if this engine holds it.
   private func giveBackTurn(_ direction: StreamDescriptor.Direction) {
-    guard direction == .reads ? holdsTurn.reads : holdsTurn.writes else { return }
-    if direction == .reads { holdsTurn.reads = false } else { holdsTurn.writes = false }
+    guard turn[direction].holds else { return }
+    turn[direction].holds = false
     record?.giveBackTurn(direction, from: self)
   }
 
@@ -792,13 +791,9 @@ final class StreamEngine: @unchecked Sendable {
     queue.async {
       // Ended meanwhile: `end()` gave the turn on (`withdraw`).
       guard self.record != nil else { return }
-      if direction == .reads {
-        (self.holdsTurn.reads, self.awaitingTurn.reads) = (true, false)
-        // Bytes may have come while another engine read: ask the descriptor first.
-        self.readMayHaveMore = true
-      } else {
-        (self.holdsTurn.writes, self.awaitingTurn.writes) = (true, false)
-      }
+      self.turn[direction] = TurnState(holds: true, awaiting: false)
+      // Bytes may have come while another engine read: ask the descriptor first.
+      if direction == .reads { self.readMayHaveMore = true }
       self.run()
     }
   }
@@ -940,9 +935,11 @@ final class StreamEngine: @unchecked Sendable {
     }
     // Stopped operations end without a turn: an engine still in line for one leaves the line (and
     // gives on a turn handed to it meanwhile), or every later user of the descriptor waits.
-    if awaitingTurn.reads || holdsTurn.reads { record.withdraw(.reads, self) }
-    if awaitingTurn.writes || holdsTurn.writes { record.withdraw(.writes, self) }
-    (awaitingTurn, holdsTurn) = ((false, false), (false, false))
+    for direction in [StreamDescriptor.Direction.reads, .writes]
+    where turn[direction].awaiting || turn[direction].holds {
+      record.withdraw(direction, self)
+    }
+    turn = PerDirection(TurnState())
     self.record = nil
     record.leave(closing: closing, cleanupQueue: cleanupQueue, cleanup: cleanup)
   }
