@@ -309,6 +309,33 @@ extension IOChannelTests {
   }
 
   @Test(
+    "readAvailable beside another channel's waiting read ends at once with EAGAIN: the bytes are the other read's",
+    .timeLimit(.minutes(1)))
+  func readAvailableBesideAnotherChannelsRead() async throws {
+    let fds = makePipe()
+    defer { close(fds.write) }
+    let first = IOChannel(fileDescriptor: fds.read, type: .stream, queue: Queue(label: "a")) { _ in }
+    let second = IOChannel(fileDescriptor: fds.read, type: .stream, queue: Queue(label: "b")) { _ in }
+    let waiting = Outcome()
+    first.read(length: 100, queue: Queue(label: "ha"), handler: waiting.handler)
+    // The first engine has taken its read (and the descriptor's read turn) before the second asks.
+    await first.engine!.queue.run {}
+    let now = Outcome()
+    second.readAvailable(upTo: 10, queue: Queue(label: "hb"), handler: now.handler)
+    #expect(await eventually { now.finished.isSignaled })
+    #expect(now.finalError == EAGAIN)
+    let awaited = try await second.readAvailable(upTo: 10)
+    #expect(awaited.bytes.isEmpty && !awaited.ended)
+    // The waiting read still gets what comes.
+    writeAll(fds.write, [4])
+    #expect(await eventually { waiting.received == [4] })
+    first.close(stop: true)
+    second.close(stop: true)
+    withExtendedLifetime((first, second)) {}
+    close(fds.read)
+  }
+
+  @Test(
     "a packet-mode pipe delivers every packet: to a channel's read and to a ReadSource",
     .timeLimit(.minutes(1)), arguments: [[6_000], [100, 100, 100], [4_096, 10]])
   func packetPipeDeliversEveryPacket(writes: [Int]) async throws {

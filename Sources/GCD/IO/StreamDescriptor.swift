@@ -19,14 +19,14 @@ import Synchronization
 /// the table, and the new channel makes a record of its own. A record whose descriptor is gone
 /// restores no flags and closes nothing when its last channel ends: the number is another file's.
 ///
-/// **One operation at a time per direction.** Each direction's turn (`takeTurn`) is held by one
-/// engine at a time, from an operation's first byte to its end, and passed on in the order asked:
-/// the writes of every channel and one-shot write over the descriptor never interleave, and a read
-/// of one channel never takes bytes from the middle of another's (libdispatch's operation queue per
-/// descriptor and direction).
+/// **One line per direction.** Every read and write of every channel and one-shot call over the
+/// descriptor takes a ticket in its direction's line when it is submitted (`enter`), and uses the
+/// descriptor only while it is first, from its first byte to its end: writes never interleave,
+/// and reads and writes run in the order submitted across channels (libdispatch's operation queue
+/// per descriptor and direction).
 ///
 /// `@unchecked Sendable`: `flags` and `identity` are set in `init`; the rest is guarded by
-/// `table`'s lock, and the turns by `turns`'.
+/// `table`'s lock, and the lines by `lines`'.
 final class StreamDescriptor: @unchecked Sendable {
   let descriptor: Int32
   /// The status flags before `O_NONBLOCK` was set; -1 when they could not be read.
@@ -42,8 +42,8 @@ final class StreamDescriptor: @unchecked Sendable {
   private var gone = false
   private typealias Cleanup = (queue: Queue, body: @Sendable (Int32) -> Void)
 
-  /// Who reads and who writes now, and who asked next, in order.
-  private let turns = Mutex(PerDirection(Turn()))
+  /// The operations of each direction that have not ended, in the order submitted.
+  private let lines = Mutex(PerDirection(Line()))
 
   private static let table = Mutex<[Int32: StreamDescriptor]>([:])
 
@@ -87,63 +87,59 @@ final class StreamDescriptor: @unchecked Sendable {
     }
   }
 
-  // MARK: The turns
+  // MARK: The lines
 
-  /// A direction of the descriptor, each with its turn.
+  /// A direction of the descriptor, each with its line.
   enum Direction {
     case reads, writes
   }
 
-  /// One direction's turn: who holds it, and who asked next, in order.
-  struct Turn {
-    var holder: StreamEngine?
-    var waiting: [StreamEngine] = []
+  /// One direction's line: the operations of every engine over the descriptor that have not ended,
+  /// in the order they were submitted (by ticket). The first one's engine may use the descriptor.
+  struct Line {
+    var nextTicket: UInt64 = 0
+    var tickets: [(ticket: UInt64, engine: StreamEngine)] = []
   }
 
-  /// Takes `direction`'s turn for `engine` if nobody holds it; otherwise `engine` is next after
-  /// those already waiting, and `StreamEngine.turnCame(_:)` tells it when the turn is its. True: the
-  /// turn is `engine`'s now.
-  func takeTurn(_ direction: Direction, for engine: StreamEngine) -> Bool {
-    turns.withLock { turns in
-      if turns[direction].holder == nil {
-        turns[direction].holder = engine
-        return true
-      }
-      turns[direction].waiting.append(engine)
-      return false
+  /// Gives an operation of `engine` its ticket in `direction`'s line and runs `enqueue` with it,
+  /// under the line's lock: an engine's operations reach its queue in the order of their tickets,
+  /// whatever threads submit them.
+  func enter(_ direction: Direction, _ engine: StreamEngine, _ enqueue: (UInt64) -> Void) {
+    lines.withLock { lines in
+      let ticket = lines[direction].nextTicket
+      lines[direction].nextTicket &+= 1
+      lines[direction].tickets.append((ticket, engine))
+      enqueue(ticket)
     }
   }
 
-  /// Takes `direction`'s turn for `engine` only if nobody holds it or waits for it (a read or write
-  /// on the caller's thread, `StreamEngine.readNow` and `writeNow`).
-  func tryTurn(_ direction: Direction, for engine: StreamEngine) -> Bool {
-    turns.withLock { turns in
-      guard turns[direction].holder == nil, turns[direction].waiting.isEmpty else { return false }
-      turns[direction].holder = engine
-      return true
+  /// Whether the operation holding `ticket` is first in `direction`'s line: it may use the
+  /// descriptor, from its first byte to its end.
+  func isFirst(_ direction: Direction, _ ticket: UInt64) -> Bool {
+    lines.withLock { $0[direction].tickets.first?.ticket == ticket }
+  }
+
+  /// A ticket for a read or write on the caller's thread (`StreamEngine.readNow`, `writeNow`) when
+  /// nothing is in `direction`'s line; nil otherwise (the caller submits as usual).
+  func enterIfEmpty(_ direction: Direction, _ engine: StreamEngine) -> UInt64? {
+    lines.withLock { lines in
+      guard lines[direction].tickets.isEmpty else { return nil }
+      let ticket = lines[direction].nextTicket
+      lines[direction].nextTicket &+= 1
+      lines[direction].tickets.append((ticket, engine))
+      return ticket
     }
   }
 
-  /// `engine` is done with `direction`'s turn: the next engine waiting gets it.
-  func giveBackTurn(_ direction: Direction, from engine: StreamEngine) {
-    passOn(direction, from: engine, holding: true)
-  }
-
-  /// `engine` ended while in line for `direction`'s turn, or holding it: it leaves the line, and a
-  /// turn it holds goes to the next engine waiting.
-  func withdraw(_ direction: Direction, _ engine: StreamEngine) {
-    passOn(direction, from: engine, holding: false)
-  }
-
-  private func passOn(_ direction: Direction, from engine: StreamEngine, holding: Bool) {
-    let next = turns.withLock { turns -> StreamEngine? in
-      precondition(!holding || turns[direction].holder === engine, "GCD: IOChannel: a turn given back by a non-holder")
-      turns[direction].waiting.removeAll { $0 === engine }
-      guard turns[direction].holder === engine else { return nil }
-      turns[direction].holder = turns[direction].waiting.isEmpty ? nil : turns[direction].waiting.removeFirst()
-      return turns[direction].holder
+  /// The operation holding `ticket` ended (or never ran): it leaves the line, and the engine of the
+  /// operation first in line now is told (`StreamEngine.lineMoved`).
+  func leave(_ direction: Direction, _ ticket: UInt64) {
+    let next = lines.withLock { lines -> StreamEngine? in
+      guard let index = lines[direction].tickets.firstIndex(where: { $0.ticket == ticket }) else { return nil }
+      lines[direction].tickets.remove(at: index)
+      return index == 0 ? lines[direction].tickets.first?.engine : nil
     }
-    next?.turnCame(direction)
+    next?.lineMoved(direction)
   }
 
   /// One more user of a record that has one already (a channel made from a channel that has not
@@ -196,6 +192,9 @@ struct PerDirection<Value> {
     get { direction == .reads ? reads : writes }
     set {
       if direction == .reads { reads = newValue } else { writes = newValue }
+    }
+    _modify {
+      if direction == .reads { yield &reads } else { yield &writes }
     }
   }
 }

@@ -16,8 +16,9 @@ import Synchronization
 /// their operations named, submitted from `queue` in the order of the bytes.
 ///
 /// **Order.** Reads run one at a time in the order submitted, writes likewise, the two directions
-/// at once. A write writes only while it holds its descriptor's write turn (`StreamDescriptor`),
-/// which every channel and one-shot write over the descriptor shares: writes never interleave. A barrier waits until every operation submitted before it has ended; operations
+/// at once. An operation uses the descriptor only while it is first in its direction's line of the
+/// descriptor's record (`StreamDescriptor`), which every channel and one-shot call over the
+/// descriptor shares: writes never interleave, and operations run in the order submitted. A barrier waits until every operation submitted before it has ended; operations
 /// submitted after it wait in `later` until it has run (on `queue`, the descriptor usable).
 ///
 /// **Handlers.** Each operation's handler calls run one after another, in order, on the queue it
@@ -43,6 +44,10 @@ final class StreamEngine: @unchecked Sendable {
   /// The record this engine uses the descriptor through (its saved flags, its users), on `queue`;
   /// nil for a channel made from one already closed, which never had the descriptor.
   private var record: StreamDescriptor?
+  /// The record whose lines this engine's operations take their tickets in, at submission (any
+  /// thread): `record` from the start, or the parent's (a channel made from one closed refuses its
+  /// operations, which leave the line at once).
+  private let lineRecord: StreamDescriptor?
   /// The descriptor is open for reading only (`O_RDONLY`) or writing only (`O_WRONLY`): stopping
   /// that one direction ends the channel, as closing a C channel with `DISPATCH_IO_STOP` does.
   private let readOnly: Bool
@@ -98,6 +103,8 @@ final class StreamEngine: @unchecked Sendable {
   /// `@unchecked Sendable`: made by the submitting thread and handed to `queue` by `async` (the
   /// hand-off orders the two), then used only on `queue`.
   final class ReadOperation: @unchecked Sendable {
+    /// Its place in the descriptor's read line (`StreamDescriptor.enter`); nil: no line.
+    var ticket: UInt64?
     var remaining: Int
     let calls: HandlerCalls
     var pending = DispatchBuffer()
@@ -134,6 +141,8 @@ final class StreamEngine: @unchecked Sendable {
     var lowWater = Int.max
     /// Its `done` call was sent: a cancellation of its task comes too late to stop anything.
     var completed = false
+    /// Its place in the descriptor's write line (`StreamDescriptor.enter`); nil: no line.
+    var ticket: UInt64?
     /// - Parameter queue: Where the handler runs; nil: on the engine's queue (`HandlerCalls`), for
     ///   `IOChannel.write(_:)`, whose handler only resumes the waiting task.
     init(data: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
@@ -181,15 +190,6 @@ final class StreamEngine: @unchecked Sendable {
   private var readMayHaveMore = true
   /// In the write source's handler: the descriptor said it was writable (or hung up).
   private var writeWoken = false
-  /// What this engine knows of its descriptor's turn in one direction (`StreamDescriptor.takeTurn`).
-  struct TurnState {
-    /// It holds the turn: its first operation of the direction may use the descriptor. Taken
-    /// before an operation's first byte, given back when it ends.
-    var holds = false
-    /// It asked for the turn and waits for it (`turnCame`).
-    var awaiting = false
-  }
-  private var turn = PerDirection(TurnState())
   private var readsStopped = false
   private var writesStopped = false
   private var closed = false
@@ -222,8 +222,10 @@ final class StreamEngine: @unchecked Sendable {
     /// The unwritten rest of a borrowed write that found no room: the engine runs it before every
     /// write submitted while the door was borrowed (`handOver`).
     var writeRest: WriteOperation?
-    /// The descriptor's record, whose turn a borrowed read or write takes (set with the doors).
+    /// The descriptor's record, whose line a borrowed read or write enters (set with the doors).
     var record: StreamDescriptor?
+    /// The write line's ticket of a borrowed write's rest, until `handOver` gives it to the rest.
+    var restTicket: UInt64?
   }
   /// Locked briefly by the submitting threads, the borrower and `run()`.
   private let door = Mutex(Door())
@@ -237,6 +239,7 @@ final class StreamEngine: @unchecked Sendable {
     self.cleanup = cleanup
     let record = StreamDescriptor.join(descriptor)
     self.record = record
+    lineRecord = record
     (readOnly, writeOnly) = (record.isReadOnly, record.isWriteOnly)
     wrongDirection()
     door.withLock { door in
@@ -256,6 +259,7 @@ final class StreamEngine: @unchecked Sendable {
     self.cleanupQueue = cleanupQueue
     self.cleanup = cleanup
     (readOnly, writeOnly) = (parent.readOnly, parent.writeOnly)
+    lineRecord = parent.lineRecord
     queue.suspend()
     parent.queue.async {
       if parent.closed {
@@ -286,7 +290,7 @@ final class StreamEngine: @unchecked Sendable {
   ) {
     let operation = ReadOperation(
       length: length, queue: queue, nowOnly: nowOnly, untilFirst: untilFirst, handler: handler)
-    submitting(writes: false) { self.submit(.read(operation)) }
+    submitting(writes: false, line: (.reads, { operation.ticket = $0 })) { self.submit(.read(operation)) }
   }
 
   func write(data: DispatchBuffer, queue: Queue?, handler: @escaping IOChannel.Handler) {
@@ -294,7 +298,7 @@ final class StreamEngine: @unchecked Sendable {
   }
 
   func write(_ operation: WriteOperation) {
-    submitting(reads: false) { self.submit(.write(operation)) }
+    submitting(reads: false, line: (.writes, { operation.ticket = $0 })) { self.submit(.write(operation)) }
   }
 
   /// The task awaiting `operation` (`IOChannel.write(_:)`) was cancelled: unless the write has
@@ -398,12 +402,12 @@ final class StreamEngine: @unchecked Sendable {
     guard let (highWater, record) = borrowed else { return nil }
     var found: ReadNow?
     var emptied = false
-    // Another channel's read over the descriptor runs: none here (the caller queues behind it).
-    if record.tryTurn(.reads, for: self) {
+    // Another channel's read over the descriptor is in line: none here (the caller queues).
+    if let ticket = record.enterIfEmpty(.reads, self) {
       // At most what the engine asks for when it asks first; as the engine reads (the read source
       // is suspended: no read is running).
       let (bytes, error) = readChunk(min(limit, highWater, StreamEngine.askFirstBytes))
-      record.giveBackTurn(.reads, from: self)
+      record.leave(.reads, ticket)
       emptied = bytes == nil && error == Errno.wouldBlock
       found = bytes.map { .bytes($0) } ?? (emptied ? nil : .ended(error))
     }
@@ -438,8 +442,8 @@ final class StreamEngine: @unchecked Sendable {
       return record
     }
     guard let record else { return .closed }
-    // Another channel or one-shot write over the descriptor is writing: queue behind it.
-    guard record.tryTurn(.writes, for: self) else {
+    // Another channel's or one-shot's write over the descriptor is in line: queue behind it.
+    guard let ticket = record.enterIfEmpty(.writes, self) else {
       releaseWriteDoor(rest: nil)
       return .closed
     }
@@ -462,9 +466,12 @@ final class StreamEngine: @unchecked Sendable {
       }
       return true
     }
-    // The rest keeps the write turn: the engine takes it over with the rest (`takeDoor`).
-    if error == Errno.wouldBlock { return .rest(data.extracting(written..<data.count)) }
-    record.giveBackTurn(.writes, from: self)
+    // The rest keeps its place, first in the write line: `handOver` gives it the ticket.
+    if error == Errno.wouldBlock {
+      door.withLock { $0.restTicket = ticket }
+      return .rest(data.extracting(written..<data.count))
+    }
+    record.leave(.writes, ticket)
     releaseWriteDoor(rest: nil)
     return .written(error)
   }
@@ -477,6 +484,7 @@ final class StreamEngine: @unchecked Sendable {
 
   private func releaseWriteDoor(rest: WriteOperation?) {
     let kick = door.withLock { door in
+      if let rest { (rest.ticket, door.restTicket) = (door.restTicket, nil) }
       door.writeBorrowed = false
       door.writeRest = rest
       if rest != nil { door.writeOpen = false }
@@ -489,17 +497,30 @@ final class StreamEngine: @unchecked Sendable {
   /// Sends `body` to `queue` as a submission that touches the reads, the writes or both: their
   /// doors stay closed from now until it has run (then `run()` opens them when it may), so no
   /// caller borrows a direction ahead of an operation submitted before it.
-  private func submitting(reads: Bool = true, writes: Bool = true, _ body: @escaping @Sendable () -> Void) {
+  ///
+  /// - Parameter line: For a read or write: its direction, and where its ticket in the descriptor's
+  ///   line goes; the ticket is taken and the submission queued under the line's lock, so that the
+  ///   engine's operations are in its queue in the order of their tickets.
+  private func submitting(
+    reads: Bool = true, writes: Bool = true,
+    line: (direction: StreamDescriptor.Direction, ticket: (UInt64) -> Void)? = nil,
+    _ body: @escaping @Sendable () -> Void
+  ) {
     door.withLock { door in
       if reads { (door.readOpen, door.readsOnTheWay) = (false, door.readsOnTheWay + 1) }
       if writes { (door.writeOpen, door.writesOnTheWay) = (false, door.writesOnTheWay + 1) }
     }
-    queue.async {
+    let block: @Sendable () -> Void = {
       self.door.withLock { door in
         if reads { door.readsOnTheWay -= 1 }
         if writes { door.writesOnTheWay -= 1 }
       }
       body()
+    }
+    guard let line, let lineRecord else { return queue.async(block) }
+    lineRecord.enter(line.direction, self) { ticket in
+      line.ticket(ticket)
+      queue.async(block)
     }
   }
 
@@ -516,8 +537,6 @@ final class StreamEngine: @unchecked Sendable {
     if let rest {
       rest.lowWater = writeLowWater
       writes.insert(rest, at: 0)
-      // The borrower took the descriptor's write turn for it (`writeNow`).
-      turn.writes.holds = true
     }
     return (readBorrowed, writeBorrowed)
   }
@@ -565,9 +584,12 @@ final class StreamEngine: @unchecked Sendable {
   /// barrier (a barrier submitted once the engine is finishing runs at once).
   private func refuse(_ item: Item) {
     switch item {
-    case .read(let operation): send(operation, done: true, data: nil, error: Errno.canceled)
+    case .read(let operation):
+      leaveLine(.reads, operation.ticket)
+      send(operation, done: true, data: nil, error: Errno.canceled)
     case .write(let operation):
       operation.completed = true
+      leaveLine(.writes, operation.ticket)
       send(operation, done: true, data: operation.rest, error: Errno.canceled)
     case .barrier(let body): body()
     case .refused(let item): refuse(item)
@@ -631,9 +653,17 @@ final class StreamEngine: @unchecked Sendable {
         complete(operation, error: 0)
         continue
       }
-      // It reads only while it holds the descriptor's read turn: another channel's read over the
-      // descriptor runs to its end first (libdispatch's operation queue per descriptor).
-      guard hasTurn(.reads) else { break }
+      // It reads only while it is first in the descriptor's read line: a read of another channel
+      // submitted before it runs to its end first (libdispatch's operation queue per descriptor).
+      // A read of what is there now does not wait for one: what comes is that read's; it ends at
+      // once, as on an empty descriptor.
+      if !isFirst(.reads, operation.ticket) {
+        if operation.nowOnly {
+          complete(operation, error: Errno.wouldBlock)
+          continue
+        }
+        break
+      }
       // Outside the source's handler, after a read that may have left bytes: ask the descriptor
       // first, up to 64 KiB (a read that says EAGAIN costs one call; the source, an arm, an
       // event and a hop).
@@ -678,7 +708,6 @@ final class StreamEngine: @unchecked Sendable {
         deliver(operation)
       }
     }
-    if reads.isEmpty { giveBackTurn(.reads) }
     if readWaiting, let readSource {
       readWaiting = false
       readSource.suspend()
@@ -693,10 +722,10 @@ final class StreamEngine: @unchecked Sendable {
         complete(operation, error: writesStopped ? Errno.canceled : writeFailure)
         continue
       }
-      // Each write whole: it writes only while it holds the descriptor's write turn, shared by
-      // every channel and one-shot write over the descriptor (libdispatch's operation queue per
+      // Each write whole: it writes only while it is first in the descriptor's write line, shared
+      // by every channel and one-shot write over the descriptor (libdispatch's operation queue per
       // descriptor and direction).
-      guard hasTurn(.writes) else { break }
+      guard isFirst(.writes, operation.ticket) else { break }
       var written = 0
       var error: Int32 = 0
       operation.rest.enumerateRegions { bytes, _ in
@@ -733,7 +762,6 @@ final class StreamEngine: @unchecked Sendable {
         send(operation, done: false, data: operation.rest, error: 0)
       }
     }
-    if writes.isEmpty { giveBackTurn(.writes) }
     if writeWaiting, let writeSource {
       writeWaiting = false
       writeSource.suspend()
@@ -753,7 +781,7 @@ final class StreamEngine: @unchecked Sendable {
   /// `done` with `error`.
   private func complete(_ operation: ReadOperation, error: Int32) {
     reads.removeFirst()
-    giveBackTurn(.reads)
+    leaveLine(.reads, operation.ticket)
     while operation.pending.count > operation.highWater {
       send(operation, done: false, data: take(operation.highWater, from: operation), error: 0)
     }
@@ -765,33 +793,25 @@ final class StreamEngine: @unchecked Sendable {
   private func complete(_ operation: WriteOperation, error: Int32) {
     writes.removeFirst()
     operation.completed = true
-    giveBackTurn(.writes)
+    leaveLine(.writes, operation.ticket)
     send(operation, done: true, data: error == 0 ? nil : operation.rest, error: error)
   }
 
-  /// Whether this engine holds `direction`'s turn of its descriptor, taking it if it is free; if
-  /// not, the engine is in line for it and `turnCame` runs it again.
-  private func hasTurn(_ direction: StreamDescriptor.Direction) -> Bool {
-    if turn[direction].holds { return true }
-    guard !turn[direction].awaiting, let record else { return false }
-    let taken = record.takeTurn(direction, for: self)
-    (turn[direction].holds, turn[direction].awaiting) = (taken, !taken)
-    return taken
+  /// Whether the operation holding `ticket` may use the descriptor: it is first in `direction`'s
+  /// line (no ticket: the engine has no line). When it is not, `lineMoved` runs the engine again.
+  private func isFirst(_ direction: StreamDescriptor.Direction, _ ticket: UInt64?) -> Bool {
+    guard let ticket, let lineRecord else { return true }
+    return lineRecord.isFirst(direction, ticket)
   }
 
-  /// `direction`'s turn of the descriptor goes to the next engine in line, if this engine holds it.
-  private func giveBackTurn(_ direction: StreamDescriptor.Direction) {
-    guard turn[direction].holds else { return }
-    turn[direction].holds = false
-    record?.giveBackTurn(direction, from: self)
+  /// An operation that held `ticket` ended: it leaves the line.
+  private func leaveLine(_ direction: StreamDescriptor.Direction, _ ticket: UInt64?) {
+    if let ticket { lineRecord?.leave(direction, ticket) }
   }
 
-  /// The descriptor's `direction` turn came to this engine, which asked for it (`StreamDescriptor`).
-  func turnCame(_ direction: StreamDescriptor.Direction) {
+  /// An operation of this engine is first in the descriptor's `direction` line now.
+  func lineMoved(_ direction: StreamDescriptor.Direction) {
     queue.async {
-      // Ended meanwhile: `end()` gave the turn on (`withdraw`).
-      guard self.record != nil else { return }
-      self.turn[direction] = TurnState(holds: true, awaiting: false)
       // Bytes may have come while another engine read: ask the descriptor first.
       if direction == .reads { self.readMayHaveMore = true }
       self.run()
@@ -933,13 +953,6 @@ final class StreamEngine: @unchecked Sendable {
       cleanupQueue.async { cleanup(-1) }
       return
     }
-    // Stopped operations end without a turn: an engine still in line for one leaves the line (and
-    // gives on a turn handed to it meanwhile), or every later user of the descriptor waits.
-    for direction in [StreamDescriptor.Direction.reads, .writes]
-    where turn[direction].awaiting || turn[direction].holds {
-      record.withdraw(direction, self)
-    }
-    turn = PerDirection(TurnState())
     self.record = nil
     record.leave(closing: closing, cleanupQueue: cleanupQueue, cleanup: cleanup)
   }

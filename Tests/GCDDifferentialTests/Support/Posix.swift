@@ -1,3 +1,5 @@
+import Synchronization
+
 // The few system calls the sequences make themselves, as the peer of a descriptor or to look at
 // one: no library code is involved, so both runs of a sequence see the kernel the same way.
 #if canImport(Glibc)
@@ -6,7 +8,49 @@
   import Musl
 #endif
 
+/// `pipe2(2)`: not in Swift's Glibc module.
+@_silgen_name("pipe2")
+private func systemPipe2(_ fds: UnsafeMutablePointer<Int32>, _ flags: Int32) -> Int32
+
+/// A counter for the names of the FIFOs the sequences make.
+private let fifoCounter = Mutex(0)
+
 enum Posix {
+  /// `O_DIRECT` (packet mode for a pipe): not in Swift's Glibc module either.
+  #if arch(x86_64) || arch(i386)
+    static let packetMode: Int32 = 0o40000
+  #else
+    static let packetMode: Int32 = 0o200000
+  #endif
+
+  /// A packet-mode pipe (`pipe2(O_DIRECT | O_CLOEXEC)`), blocking: (read end, write end). Each
+  /// write of up to 4,096 bytes is one packet (a longer one several); a read takes one packet.
+  static func packetPipePair() -> (Int32, Int32) {
+    var fds: [Int32] = [-1, -1]
+    precondition(systemPipe2(&fds, packetMode | O_CLOEXEC) == 0, "pipe2(O_DIRECT): errno \(errno)")
+    return (fds[0], fds[1])
+  }
+
+  /// A new FIFO's path (under /tmp, unique to this process), made with `mkfifo`.
+  static func makeFIFO() -> String {
+    let number = fifoCounter.withLock {
+      $0 += 1
+      return $0
+    }
+    let path = "/tmp/gcd-differential-\(getpid())-\(number).fifo"
+    unlink(path)
+    precondition(mkfifo(path, 0o600) == 0, "mkfifo: errno \(errno)")
+    return path
+  }
+
+  /// Opens a FIFO's read end (non-blocking, so the open does not wait for a writer) or a writer
+  /// (non-blocking: a reader is open), close-on-exec.
+  static func openFIFO(_ path: String, reading: Bool) -> Int32 {
+    let fd = open(path, (reading ? O_RDONLY : O_WRONLY) | O_NONBLOCK | O_CLOEXEC)
+    precondition(fd >= 0, "open(FIFO): errno \(errno)")
+    return fd
+  }
+
   /// A connected AF_UNIX stream pair, close-on-exec, blocking.
   static func socketPair() -> (Int32, Int32) {
     var fds: [Int32] = [-1, -1]
