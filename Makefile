@@ -56,7 +56,7 @@ test: build $(BENCH_C_LIB)
 ## goes on after a difference and reports each kind once.
 differential:
 	@$(SWIFT) build --build-tests
-	GCD_DIFF_SEED="$(SEED)" GCD_DIFF_COUNT="$(COUNT)" GCD_DIFF_ALL="$(ALL)" \
+	GCD_DIFF_SEED="$(SEED)" GCD_DIFF_COUNT="$(COUNT)" GCD_DIFF_ALL="$(ALL)" GCD_DIFF_SCENARIOS=1 \
 	  $(SWIFT) test --skip-build --filter GCDDifferentialTests
 
 ## bench: GCD vs C vs `import Dispatch` in release mode (docs/performance.md);
