@@ -150,6 +150,28 @@ extension IOChannelTests {
   }
 
   @Test(
+    "an awaited write(_:) that waited for room leaves nothing behind: the engine is freed once the channel ends",
+    .timeLimit(.minutes(1)))
+  func awaitedWriteLeavesNoCycle() async throws {
+    let fds = makePipe()
+    defer { close(fds.read) }
+    let cleaned = Event()
+    var channel: IOChannel? = IOChannel(fileDescriptor: fds.write, type: .stream, queue: Queue(label: "t")) { fd in
+      close(fd)
+      cleaned.signal()
+    }
+    weak let engine = channel!.engine
+    let size = 1 << 20
+    // More than the pipe holds: the rest is handed to the engine, and the call waits for it.
+    let writer = Task { [channel] in try await channel!.write([UInt8](repeating: 3, count: size)) }
+    #expect(await readOnThread(fds.read, count: size).count == size)
+    try await writer.value
+    channel = nil
+    #expect(await eventually { cleaned.isSignaled })
+    #expect(await eventually { engine == nil }, "the engine outlived its channel: a cycle through the write's handler")
+  }
+
+  @Test(
     "IOChannel.read(fileDescriptor:length:) delivers what is there (3 bytes of up to 100), as dispatch_read does",
     .timeLimit(.minutes(1)))
   func oneShotReadDeliversWhatIsThere() async throws {

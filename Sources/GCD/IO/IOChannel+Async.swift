@@ -325,18 +325,20 @@ private final class WriteCancellation: Sendable {
   }
   private let state = Mutex(State())
 
-  /// The stream engine's operation that carries the write (a C channel's has none).
+  /// The stream engine's operation that carries the write (a C channel's has none). Held until the
+  /// write ends: the operation's handler holds this object, so holding the operation past its end
+  /// would keep both, and the engine, for good.
   func operation(_ operation: StreamEngine.WriteOperation, of engine: StreamEngine) {
     let cancelled = state.withLock { state in
-      (state.engine, state.operation) = (engine, operation)
+      if !state.ended { (state.engine, state.operation) = (engine, operation) }
       return state.cancelled
     }
     // Cancelled before the operation existed: the engine stops the writes unless it has ended.
     if cancelled { engine.cancelWrite(operation) }
   }
 
-  /// The write's `done` call (any thread).
-  func ended() { state.withLock { $0.ended = true } }
+  /// The write's `done` call (any thread): the operation and its engine are let go.
+  func ended() { state.withLock { ($0.ended, $0.engine, $0.operation) = (true, nil, nil) } }
 
   /// The task was cancelled.
   func cancel(_ channel: IOChannel) {
