@@ -358,7 +358,7 @@ extension IOChannelTests {
   }
 
   @Test(
-    "a packet-mode pipe delivers every packet: to a channel's read and to a ReadSource",
+    "a packet-mode pipe delivers every packet to a channel's reads, by handler and awaited",
     .timeLimit(.minutes(1)), arguments: [[6_000], [100, 100, 100], [4_096, 10]])
   func packetPipeDeliversEveryPacket(writes: [Int]) async throws {
     let total = writes.reduce(0, +)
@@ -385,32 +385,6 @@ extension IOChannelTests {
     while awaited.count < total { awaited += try await channel.read(upTo: total) }
     #expect(awaited == bytes)
     channel.close(stop: true)
-
-    let source = makePipe(packets: true)
-    defer {
-      close(source.read)
-      close(source.write)
-    }
-    let got = Mutex<[UInt8]>([])
-    let all = Event()
-    let readSource = try ReadSource(fileDescriptor: source.read, queue: Queue(label: "s"))
-    readSource.setEventHandler { [unowned readSource] _ in
-      var buffer = [UInt8](repeating: 0, count: 8_192)
-      // One read per event, as a handler may: the rest must fire the handler again.
-      let count = (try? buffer.withUnsafeMutableBytes { try readSource.read(into: $0) }) ?? nil
-      if let count, count > 0 {
-        let now = got.withLock { got in
-          got += buffer[..<count]
-          return got.count
-        }
-        if now == total { all.signal() }
-      }
-    }
-    readSource.resume()
-    writePackets(source.write)
-    #expect(await eventually { all.isSignaled })
-    #expect(got.withLock { $0 } == bytes, "\(got.withLock { $0.count }) of \(total) bytes")
-    readSource.cancel()
   }
 
   @Test(

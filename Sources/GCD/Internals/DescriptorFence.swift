@@ -629,8 +629,8 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   // `drainState`: what the reads made through the source since its last event say, and an epoch the fence
   /// advances with each merge (`newEpoch`, under the table lock): bit 0, a read found nothing
   /// (`EAGAIN`); bit 1, a read returned fewer bytes than it asked for; bits 2
-  /// and 3, what such a short read says of this descriptor (`system_shortRead`: 0 not asked yet,
-  /// 1 it empties it, 2 nothing, 3 ask the queue); bit 4, the queue-size request failed on the descriptor
+  /// and 3, whether such a short read empties this descriptor (`system_shortReadEmpties`: 0 not
+  /// asked yet, 1 it does, 2 it does not); bit 4, the queue-size request failed on the descriptor
   /// (`estimate`); the epoch above them. A read (`read(into:)`, any
   /// thread) loads the word before its call and sets its bit only if the word is unchanged after
   /// it (compare-and-exchange): a merge in between — an edge the read may not have seen — makes
@@ -730,33 +730,20 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   }
 
   /// Whether the reads since the last merge emptied the descriptor: one found nothing, or one was
-  /// short on a descriptor where that means empty (what a short read says is asked once per watch,
-  /// here, outside every lock: one or two calls, at the first re-arm after a short read; on a pipe,
-  /// which may be in packet mode, the queue is asked at each such re-arm: one `FIONREAD`).
+  /// short on a descriptor where that means empty (asked once per watch, here, outside every lock:
+  /// one or two calls, at the first re-arm after a short read).
   private func drained() -> Bool {
     if writable { return false }
     let state = drainState.load(ordering: .acquiring)
     if state & DescriptorWatch.emptiedBit != 0 { return true }
     guard state & DescriptorWatch.shortBit != 0 else { return false }
-    let kind: ShortRead
     switch (state & DescriptorWatch.kindMask) >> DescriptorWatch.kindShift {
-    case 1: kind = .empties
-    case 2: kind = .saysNothing
-    case 3: kind = .asksQueue
+    case 1: return true
+    case 2: return false
     default:
-      kind = system_shortRead(descriptor)
-      let bits: UInt64 =
-        switch kind {
-        case .empties: 1
-        case .saysNothing: 2
-        case .asksQueue: 3
-        }
-      drainState.bitwiseOr(bits << DescriptorWatch.kindShift, ordering: .relaxed)
-    }
-    switch kind {
-    case .empties: return true
-    case .saysNothing: return false
-    case .asksQueue: return system_queuedBytes(descriptor, output: false) == 0
+      let empties = system_shortReadEmpties(descriptor)
+      drainState.bitwiseOr((empties ? 1 : 2) << DescriptorWatch.kindShift, ordering: .relaxed)
+      return empties
     }
   }
 
