@@ -1,3 +1,4 @@
+import CGCD
 import Synchronization
 import Testing
 
@@ -496,7 +497,10 @@ struct ReadSourceTests {
     "waiting again after a handler that emptied a pipe or a TCP socket through read(into:) costs no epoll_ctl but the first time (which makes the registration persistent); after one that read on its own, or short on a Unix socket, one each time"
   )
   func emptiedDescriptorWaitsWithNoCall() async {
-    await #expect(processExitsWith: .success) { ReadSourceTests.checkRearmCalls() }
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      ReadSourceTests.checkRearmCalls()
+    }
+    #expect(result?.exitStatus == .exitCode(0), "\(standardError(of: result))")
   }
 
   /// The exit test's body: each case's modifications in 50 re-arms.
@@ -512,6 +516,43 @@ struct ReadSourceTests {
       if calls != 50 { failChild("\(fixture), through the source \(throughSource): \(calls) modifications, not 50") }
     }
     exit(0)
+  }
+
+  @Test(
+    "a handler that reads one packet of a packet-mode pipe with read(into:) is called again for the next, as libdispatch's is",
+    .timeLimit(.minutes(1)), arguments: [[100, 100, 100], [4_096, 10], [1, 2, 3, 4]])
+  func packetPipeFiresForEveryPacket(writes: [Int]) async {
+    var ends: [Int32] = [-1, -1]
+    precondition(cgcd_pipe2(&ends, O_CLOEXEC | O_NONBLOCK | cgcd_o_direct()) == 0, "pipe2: errno \(errno)")
+    let (readEnd, writeEnd) = (ends[0], ends[1])
+    defer { close(writeEnd) }
+    let source = try! ReadSource(fileDescriptor: readEnd, queue: Queue(label: "read.packets"))
+    let packets = Recorder<Int>()
+    source.setEventHandler { [unowned source] in
+      // One read per event: a packet (a read of a packet pipe takes one write of up to 4,096 bytes).
+      var buffer = [UInt8](repeating: 0, count: 8_192)
+      if let got = try? buffer.withUnsafeMutableBytes({ try source.read(into: $0) }), got > 0 { packets.append(got) }
+    }
+    let cancelled = Event()
+    source.setCancelHandler {
+      close(readEnd)
+      cancelled.signal()
+    }
+    for round in 0..<2 {
+      // The first round's packets are queued before the source starts, the second's while it waits.
+      for count in writes {
+        let written = [UInt8](repeating: 7, count: count).withUnsafeBytes { write(writeEnd, $0.baseAddress, $0.count) }
+        #expect(written == count, "write: errno \(errno)")
+      }
+      if round == 0 { source.resume() }
+      #expect(
+        await eventually { packets.count == writes.count * (round + 1) },
+        "\(packets.values) for \(writes); queued \(system_queuedBytes(readEnd, output: false) ?? -1); \(DescriptorFence.instance.describe(source.watch!))"
+      )
+    }
+    #expect(packets.values == writes + writes)
+    source.cancel()
+    #expect(await eventually { cancelled.isSignaled })
   }
 
   @Test("read(into:) reads, says nil for nothing now and 0 at the end of file, and throws EBADF naming the call")

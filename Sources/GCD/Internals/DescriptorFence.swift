@@ -187,10 +187,14 @@ final class DescriptorFence: Sendable {
         if hungUp { watch.hungUp = true }
         guard watch.writable ? writable : readable else { continue }
         if watch.armed {
-          merge(watch)
+          // The new epoch before the merge: the merge may run the handler at once on another
+          // thread, whose reads and re-arm must see this epoch's word, not the last one's bits (a
+          // handler that saw the last epoch's "emptied" re-armed with no call over a packet it
+          // left, and lost it; issue 52, `packetPipeFiresForEveryPacket` under TSan).
+          watch.newEpoch()
           disarm(watch)
           watch.missed = false
-          watch.newEpoch()
+          merge(watch)
           delivered |= watch.events
         } else {
           if watch.missed { missedTwice |= watch.events }
@@ -534,6 +538,16 @@ final class DescriptorFence: Sendable {
     stripe(watch.descriptor).table.withLock { _ in watch.armed }
   }
 
+  /// What the fence holds for `watch` and its descriptor, for a test's failure message.
+  func describe(_ watch: DescriptorWatch) -> String {
+    stripe(watch.descriptor).table.withLock { table in
+      let entry = table.entries[watch.descriptor]
+      return "armed \(watch.armed), missed \(watch.missed), hung up \(watch.hungUp), in table \(watch.inTable), "
+        + "drain state \(String(watch.drainState.load(ordering: .relaxed), radix: 16)), "
+        + "kernel mask \(entry.map { String($0.kernelMask, radix: 16) } ?? "none"), one-shot \(entry?.oneShot ?? false)"
+    }
+  }
+
   private func registrationError(_ operation: String, _ error: Int32) -> GCDError {
     let detail: String? =
       switch error {
@@ -581,7 +595,7 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   unowned(unsafe) var previous: DescriptorWatch?
 
   /// What reads since the last event said (see `drainState`'s bits below).
-  private let drainState = Atomic<UInt64>(0)
+  fileprivate let drainState = Atomic<UInt64>(0)
 
   /// The handler, and whether an event found none or the cancel path let it go (`Handling`). Read
   /// and written only under `locked`, the state's one lock (`fire`, `setHandler`, `cleanup`:
@@ -626,15 +640,15 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   /// This watch's events.
   var events: UInt32 { writable ? DescriptorWatch.writeEvents : DescriptorWatch.readEvents }
 
-  // `drainState`: what the reads made through the source since its last event say, and an epoch the fence
-  /// advances with each merge (`newEpoch`, under the table lock): bit 0, a read found nothing
-  /// (`EAGAIN`); bit 1, a read returned fewer bytes than it asked for; bits 2
-  /// and 3, whether such a short read empties this descriptor (`system_shortReadEmpties`: 0 not
-  /// asked yet, 1 it does, 2 it does not); bit 4, the queue-size request failed on the descriptor
-  /// (`estimate`); the epoch above them. A read (`read(into:)`, any
-  /// thread) loads the word before its call and sets its bit only if the word is unchanged after
-  /// it (compare-and-exchange): a merge in between — an edge the read may not have seen — makes
-  // the bit fail to stick, and the re-arm asks the kernel.
+  /// `drainState`: what the reads made through the source since its last event say, and an epoch the
+  /// fence advances with each merge (`newEpoch`, under the table lock): bit 0, a read found nothing
+  /// (`EAGAIN`); bit 1, a read returned fewer bytes than it asked for and that emptied the descriptor;
+  /// bits 2 and 3, what such a short read says of this descriptor (`ShortRead`, asked at the watch's
+  /// first short read; 0 not asked yet); bit 4, the queue-size request failed on the descriptor
+  /// (`estimate`); the epoch above them. A read (`read(into:)`, any thread) loads the word before
+  /// its call and sets its bit only if the word is unchanged after it (compare-and-exchange): a
+  /// merge in between — an edge the read may not have seen — makes the bit fail to stick, and the
+  /// re-arm asks the kernel.
   private static let emptiedBit: UInt64 = 1
   private static let shortBit: UInt64 = 2
   private static let kindShift: UInt64 = 2
@@ -703,18 +717,37 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   }
 
   /// `read(2)` of up to `buffer.count` bytes into `buffer`, again on `EINTR`: the count (0 at the
-  /// end of file), or -1 with `errno` set. A read that finds nothing (`EAGAIN`), or that returns fewer bytes than it asked for, is recorded (`drainState`), so the re-arm
-  /// after the handler need not ask the kernel.
+  /// end of file), or -1 with `errno` set. A read that finds nothing (`EAGAIN`), or that returns
+  /// fewer bytes than it asked for where that empties the descriptor, is recorded (`drainState`), so
+  /// the re-arm after the handler need not ask the kernel. On a pipe a short read asks the queue
+  /// (`FIONREAD`) at once: a packet-mode pipe may hold more packets, and the re-arm must then ask the
+  /// kernel, which reports them (issue 52: a handler that reads one packet is called again for the
+  /// next). A byte that arrives after that question comes with an edge of its own, which a merge
+  /// records (a new epoch, or `missed`).
   func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-    let before = drainState.load(ordering: .acquiring)
+    var before = drainState.load(ordering: .acquiring)
     let got = DescriptorWatch.read(descriptor, into: buffer)
     if buffer.count == 0 { return got }
-    let error = system_errno
-    // Not the end of file: it stays readable for good, and the re-arm must say so again.
-    let bit: UInt64 =
-      got < 0 && error == Errno.wouldBlock
-      ? DescriptorWatch.emptiedBit
-      : got > 0 && got < buffer.count ? DescriptorWatch.shortBit : 0
+    var bit: UInt64 = 0
+    if got < 0 {
+      // Not the end of file: it stays readable for good, and the re-arm must say so again.
+      if system_errno == Errno.wouldBlock { bit = DescriptorWatch.emptiedBit }
+    } else if got > 0 && got < buffer.count {
+      var kind = ShortRead(rawValue: (before & DescriptorWatch.kindMask) >> DescriptorWatch.kindShift)
+      if kind == nil {
+        let asked = system_shortRead(descriptor)
+        let kindBits = asked.rawValue << DescriptorWatch.kindShift
+        // Kept across epochs: a merge meanwhile leaves `before` behind, and the bit below fails.
+        let original = drainState.bitwiseOr(kindBits, ordering: .relaxed).oldValue
+        before = original == before ? before | kindBits : original
+        kind = asked
+      }
+      switch kind! {
+      case .empties: bit = DescriptorWatch.shortBit
+      case .saysNothing: break
+      case .asksQueue: if system_queuedBytes(descriptor, output: false) == 0 { bit = DescriptorWatch.shortBit }
+      }
+    }
     if bit != 0 { _ = drainState.compareExchange(expected: before, desired: before | bit, ordering: .releasing) }
     return got
   }
@@ -730,21 +763,10 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
   }
 
   /// Whether the reads since the last merge emptied the descriptor: one found nothing, or one was
-  /// short on a descriptor where that means empty (asked once per watch, here, outside every lock:
-  /// one or two calls, at the first re-arm after a short read).
+  /// short and that emptied it (`read(into:)`).
   private func drained() -> Bool {
     if writable { return false }
-    let state = drainState.load(ordering: .acquiring)
-    if state & DescriptorWatch.emptiedBit != 0 { return true }
-    guard state & DescriptorWatch.shortBit != 0 else { return false }
-    switch (state & DescriptorWatch.kindMask) >> DescriptorWatch.kindShift {
-    case 1: return true
-    case 2: return false
-    default:
-      let empties = system_shortReadEmpties(descriptor)
-      drainState.bitwiseOr((empties ? 1 : 2) << DescriptorWatch.kindShift, ordering: .relaxed)
-      return empties
-    }
+    return drainState.load(ordering: .acquiring) & (DescriptorWatch.emptiedBit | DescriptorWatch.shortBit) != 0
   }
 
   /// The C source's event block: the handler, then the re-arm; no handler: no re-arm, `starved`.

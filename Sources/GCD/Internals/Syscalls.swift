@@ -372,20 +372,30 @@ let system_epollReadHangUp = EPOLLRDHUP.rawValue
 let system_epollOneShot = EPOLLONESHOT.rawValue
 let system_epollEdge = EPOLLET.rawValue
 
-/// Whether a read from `descriptor` that returns fewer bytes than it asked for has emptied it (the
-/// kernel copies what is queued, up to the count, and returns short only when nothing is left): a
-/// pipe or FIFO (`fstat`), a TCP socket (`getsockopt(SO_PROTOCOL)`). Not for a datagram socket
-/// (a read takes one message), a Unix-domain stream socket (a read stops where the credentials or
-/// passed descriptors of the queued messages change) or a terminal (a canonical-mode read takes a
-/// line). One or two calls.
-func system_shortReadEmpties(_ descriptor: Int32) -> Bool {
+/// What a read from a descriptor that returns fewer bytes than it asked for says of what is left.
+enum ShortRead: UInt64 {
+  /// It emptied the descriptor: a TCP socket, where the kernel copies what is queued, up to the
+  /// count, and returns short only when nothing is left.
+  case empties = 1
+  /// Nothing: a datagram socket (a read takes one message), a Unix-domain stream socket (a read
+  /// stops where the credentials or passed descriptors of the queued messages change), a terminal
+  /// (a canonical-mode read takes a line).
+  case saysNothing = 2
+  /// Ask the queue (`FIONREAD`): a pipe or FIFO, which a short read empties unless the pipe is in
+  /// packet mode (`O_DIRECT` on its write end, which the read end cannot see), where a read takes
+  /// one packet (one write of at most 4,096 bytes) and more may be queued behind it.
+  case asksQueue = 3
+}
+
+/// What a short read from `descriptor` says (`ShortRead`): `getsockopt(SO_PROTOCOL)`, then `fstat`.
+func system_shortRead(_ descriptor: Int32) -> ShortRead {
   var protocolNumber: Int32 = 0
   var length = socklen_t(MemoryLayout<Int32>.size)
   if getsockopt(descriptor, SOL_SOCKET, SO_PROTOCOL, &protocolNumber, &length) == 0 {
-    return protocolNumber == Int32(IPPROTO_TCP)
+    return protocolNumber == Int32(IPPROTO_TCP) ? .empties : .saysNothing
   }
-  guard errno == ENOTSOCK, let status = system_fstat(descriptor) else { return false }
-  return status.isFIFO
+  guard errno == ENOTSOCK, let status = system_fstat(descriptor), status.isFIFO else { return .saysNothing }
+  return .asksQueue
 }
 
 /// `epoll_wait(epoll, …, 0)` until nothing is ready: the union of the events
