@@ -138,6 +138,32 @@ struct QueueSpecificTests {
     #expect(leaf.getSpecific(onlyRoot) == nil)
   }
 
+  @Test(
+    "a value removed with setSpecific(nil) no longer hides the targets' values, as dispatch_queue_set_specific(NULL) does (issue 53)"
+  )
+  func removedValueUncoversTarget() {
+    let root = Queue(label: "specific.removed.root")
+    let middle = Queue(label: "specific.removed.middle", target: root)
+    let leaf = Queue(label: "specific.removed.leaf", target: middle)
+    let key = Queue.SpecificKey<String>()
+    root.setSpecific(key, "root")
+    middle.setSpecific(key, "middle")
+    leaf.setSpecific(key, "leaf")
+    #expect(leaf.sync { Queue.currentSpecific(key) } == "leaf")
+    leaf.setSpecific(key, nil)
+    #expect(leaf.sync { Queue.currentSpecific(key) } == "middle")
+    middle.setSpecific(key, nil)
+    #expect(leaf.sync { Queue.currentSpecific(key) } == "root")
+    #expect(middle.sync { Queue.currentSpecific(key) } == "root")
+    root.setSpecific(key, nil)
+    #expect(leaf.sync { Queue.currentSpecific(key) } == nil)
+    // Set again, nearest first once more.
+    leaf.setSpecific(key, "leaf again")
+    #expect(leaf.sync { Queue.currentSpecific(key) } == "leaf again")
+    #expect(leaf.getSpecific(key) == "leaf again")
+    #expect(middle.getSpecific(key) == nil)
+  }
+
   @Test("currentSpecific is nil outside the queues that have the value")
   func currentOutside() {
     let key = Queue.SpecificKey<Int>()

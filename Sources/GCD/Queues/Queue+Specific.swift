@@ -52,7 +52,9 @@ extension Queue {
 
   /// The value stored under `key` on the queue the current work item runs
   /// on, or on the first queue of its target chain that has one; nil
-  /// outside any queue.
+  /// outside any queue. A value removed with `setSpecific(key, nil)` hides
+  /// nothing: the targets' values are found past it, as libdispatch finds
+  /// them past a value set to `NULL`.
   ///
   /// - Parameter key: The key the value was stored under.
   ///
@@ -60,8 +62,16 @@ extension Queue {
   public static func currentSpecific<Value>(_ key: SpecificKey<Value>) -> Value? {
     // The slot belongs to the queue the current work runs on or to one of its
     // targets, all alive while that work runs.
-    guard let slot = Libdispatch.get_specific(key.pointer) else { return nil }
-    return Unmanaged<SpecificSlot<Value>>.fromOpaque(slot).takeUnretainedValue().value.withLock { $0 }
+    guard let found = Libdispatch.get_specific(key.pointer) else { return nil }
+    var slot = Unmanaged<SpecificSlot<Value>>.fromOpaque(found).takeUnretainedValue()
+    while true {
+      if let value = slot.value.withLock({ $0 }) { return value }
+      // Removed (`setSpecific(key, nil)`): the slot stays, since a reader may hold it, so the walk
+      // goes on where libdispatch's would after a removed value, along the targets this package
+      // set (each queue keeps its targets alive, so every queue of the walk is valid).
+      guard let next = SpecificSlot<Value>.nearest(key, from: targetLink(of: slot.queue).0) else { return nil }
+      slot = next
+    }
   }
 }
 
@@ -71,10 +81,24 @@ final class SpecificSlot<Value: Sendable>: Sendable {
   /// Keeps the key's address from being reused while the slot exists.
   let key: Queue.SpecificKey<Value>
   let value: Mutex<Value?>
+  /// The queue that holds the slot (not retained: the queue holds the slot).
+  nonisolated(unsafe) let queue: OpaquePointer
 
-  init(key: Queue.SpecificKey<Value>, value: Value) {
+  init(key: Queue.SpecificKey<Value>, value: Value, queue: OpaquePointer) {
     self.key = key
     self.value = Mutex(value)
+    self.queue = queue
+  }
+
+  /// The slot of `key` on `queue` or on the first of its targets (as this package set them) that
+  /// has one.
+  static func nearest(_ key: Queue.SpecificKey<Value>, from queue: OpaquePointer?) -> SpecificSlot? {
+    var next = queue
+    while let queue = next {
+      if let slot = find(on: queue, key) { return slot }
+      next = targetLink(of: queue).0
+    }
+    return nil
   }
 
   /// The slot of `key` on `queue`, if one was installed. Valid as long as
@@ -102,7 +126,7 @@ final class SpecificSlot<Value: Sendable>: Sendable {
   static func install(on queue: OpaquePointer, _ key: Queue.SpecificKey<Value>, _ value: Value) -> Value? {
     specificSlotInstallation.withLock { _ in
       if let slot = find(on: queue, key) { return slot.replace(with: value) }
-      let slot = Unmanaged.passRetained(SpecificSlot(key: key, value: value)).toOpaque()
+      let slot = Unmanaged.passRetained(SpecificSlot(key: key, value: value, queue: queue)).toOpaque()
       Libdispatch.queue_set_specific(queue, key.pointer, slot) { slot in
         if let slot { Unmanaged<AnyObject>.fromOpaque(slot).release() }
       }
