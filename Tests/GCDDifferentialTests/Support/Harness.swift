@@ -29,9 +29,8 @@ enum DifferentialConfig {
   static let show = getenv("GCD_DIFF_SHOW").map { String(cString: $0) == "1" } ?? false
 
   /// GCD_DIFF_SCENARIOS=1 (`make differential` sets it): run the channel scenario profiles
-  /// (`ChannelScenarios`). Not in `make test` yet: in a fresh-clone CI run beside the other suites
-  /// two of them differed by timing (a one-shot read's byte count, the order a libdispatch read
-  /// saw), and a Foundation-suite test timed out meanwhile (issue 52).
+  /// (`ChannelScenarios`). Not in `make test` yet: they differ by timing, alone too (issue 52;
+  /// docs/reliability.md, "Status", names the seeds).
   static let scenarios = getenv("GCD_DIFF_SCENARIOS").map { String(cString: $0) == "1" } ?? false
 
   /// GCD_DIFF_ALL=1: go on after a difference (each kind reported once).
