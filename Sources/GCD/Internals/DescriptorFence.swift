@@ -737,9 +737,10 @@ final class DescriptorWatch: SourceState, @unchecked Sendable {
       if kind == nil {
         let asked = system_shortRead(descriptor)
         let kindBits = asked.rawValue << DescriptorWatch.kindShift
-        // Kept across epochs: a merge meanwhile leaves `before` behind, and the bit below fails.
-        let original = drainState.bitwiseOr(kindBits, ordering: .relaxed).oldValue
-        before = original == before ? before | kindBits : original
+        // Kept across epochs. A merge since the load leaves `before` as it was, which the word (now
+        // with the kind's bits) never equals again: the bit below fails, as the read may have
+        // missed the merge's edge.
+        if drainState.bitwiseOr(kindBits, ordering: .relaxed).oldValue == before { before |= kindBits }
         kind = asked
       }
       switch kind! {
