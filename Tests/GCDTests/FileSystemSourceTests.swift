@@ -280,6 +280,38 @@ struct FileSystemSourceTests {
     witness.cancel()
   }
 
+  @Test(
+    "a source that watches only .write lets a deleted file go: its O_PATH descriptor is closed, the space freed (issue 53)",
+    arguments: [FileSystemEvents.write, .extend, .rename])
+  func deletedFileLetGoWhateverTheEvents(_ events: FileSystemEvents) throws {
+    let directory = TemporaryDirectory()
+    let path = directory.file("rotated.log")
+    let file = open(path, O_WRONLY | O_CLOEXEC)
+    #expect(file >= 0)
+    _ = [UInt8](repeating: 1, count: 100_000).withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
+    close(file)
+    let source = try FileSystemSource(path: path, events: events, queue: Queue(label: "fs.deleted"))
+    let seen = Recorder<UInt>()
+    source.setEventHandler { seen.append(source.data) }
+    source.resume()
+    #expect(unlink(path) == 0)
+    /// The descriptors of this process that still hold the deleted file.
+    func holders() -> [String] {
+      (0..<4096).compactMap { number -> String? in
+        var target = [CChar](repeating: 0, count: 4096)
+        let count = readlink("/proc/self/fd/\(number)", &target, target.count - 1)
+        guard count > 0 else { return nil }
+        let name = String(decoding: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name == path + " (deleted)" ? name : nil
+      }
+    }
+    #expect(pollUntil { source.path == nil && holders().isEmpty }, "\(holders())")
+    // Not asked for: no event.
+    #expect(!pollBriefly { seen.count > 0 }, "\(seen.values)")
+    source.cancel()
+    withExtendedLifetime(directory) {}
+  }
+
   @Test func pathIsNilAfterCancel() throws {
     let directory = TemporaryDirectory()
     let path = directory.file("cancelled")

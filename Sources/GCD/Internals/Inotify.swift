@@ -110,9 +110,12 @@ final class Inotify: Sendable {
   /// The inotify events needed to produce `events` (vnode flags).
   static func kernelMask(for events: FileSystemEvents, isDirectory: Bool) -> UInt32 {
     let children = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)
-    var mask = UInt32(IN_UNMOUNT)
+    // `IN_ATTRIB` whatever was asked: the last name's removal (a link count of 0) is how the watch
+    // learns that the file is deleted and closes its `O_PATH` descriptor, which otherwise keeps the
+    // file's space (issue 53: a `.write` watch of a log kept every rotated file). What was not
+    // asked for is filtered out before the source sees it.
+    var mask = UInt32(IN_UNMOUNT | IN_ATTRIB)
     if !events.isDisjoint(with: [.write, .extend]) { mask |= UInt32(IN_MODIFY) }
-    if !events.isDisjoint(with: [.attrib, .link, .delete]) { mask |= UInt32(IN_ATTRIB) }
     if events.contains(.rename) { mask |= UInt32(IN_MOVE_SELF) }
     if events.contains(.delete) { mask |= UInt32(IN_DELETE_SELF) }
     if isDirectory && !events.isDisjoint(with: [.write, .link]) { mask |= children }
@@ -287,7 +290,8 @@ final class InotifyWatch: KernelWatcher {
       state.phase = .running(baseline)
       return flags
     }
-    target.merge(flags.intersection(events).rawValue)
+    let asked = flags.intersection(events)
+    if !asked.isEmpty { target.merge(asked.rawValue) }
   }
 
   /// After a queue overflow: the flags that comparing the file with the
@@ -314,7 +318,8 @@ final class InotifyWatch: KernelWatcher {
       state.phase = .running(baseline)
       return flags
     }
-    target.merge(flags.intersection(events).rawValue)
+    let asked = flags.intersection(events)
+    if !asked.isEmpty { target.merge(asked.rawValue) }
   }
 
   /// The vnode flags an inotify event on the watched file stands for
